@@ -1,0 +1,1 @@
+"""50 Hz GRU latent encoder node and the motion-capture pose filter node."""

@@ -1,0 +1,1 @@
+"""Asynchronous continual learner node: replay store, model refits, policy retraining, bundle pushes."""

@@ -1,0 +1,1 @@
+"""50 Hz policy node with safety filter, live checkpoint swaps and tick logging."""

@@ -1,0 +1,25 @@
+"""ament_python package that is also pip-installable (``pip install -e .``)."""
+
+from setuptools import find_packages, setup
+
+PACKAGE_NAME = "vnd_ros"
+
+setup(
+    name=PACKAGE_NAME,
+    version="0.1.0",
+    packages=find_packages(exclude=["test"]),
+    data_files=[
+        ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE_NAME]),
+        ("share/" + PACKAGE_NAME, ["package.xml"]),
+    ],
+    install_requires=['vnd_core', 'cyclonedds>=0.10.5', 'rosbags>=0.10', 'mcap>=1.1', 'pyyaml>=6', 'numpy>=1.24'],
+    zip_safe=True,
+    maintainer="VND flight stack developers",
+    license="Apache-2.0",
+    tests_require=["pytest"],
+    entry_points={
+        "console_scripts": [
+            'vnd = vnd_ros.cli:main',
+        ],
+    },
+)

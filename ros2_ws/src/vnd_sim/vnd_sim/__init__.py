@@ -1,0 +1,1 @@
+"""Simulated vehicle node: true plant, motion-capture emulation and scenario player."""
