@@ -12,13 +12,20 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE_NAME]),
         ("share/" + PACKAGE_NAME, ["package.xml"]),
     ],
-    install_requires=['torch>=2.2,<3', 'numpy>=1.24', 'pyyaml>=6', 'safetensors>=0.4', 'transforms3d>=0.4', 'matplotlib>=3.7', 'rich>=13'],
+    install_requires=[
+        "torch>=2.2,<3",
+        "numpy>=1.24",
+        "pyyaml>=6",
+        "safetensors>=0.4",
+        "transforms3d>=0.4",
+        "matplotlib>=3.7",
+        "rich>=13",
+    ],
     zip_safe=True,
     maintainer="VND flight stack developers",
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
-        "console_scripts": [
-        ],
+        "console_scripts": [],
     },
 )

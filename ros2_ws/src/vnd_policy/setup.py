@@ -12,13 +12,12 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE_NAME]),
         ("share/" + PACKAGE_NAME, ["package.xml"]),
     ],
-    install_requires=['vnd_core', 'vnd_ros'],
+    install_requires=["vnd_core", "vnd_ros"],
     zip_safe=True,
     maintainer="VND flight stack developers",
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
-        "console_scripts": [
-        ],
+        "console_scripts": [],
     },
 )

@@ -12,14 +12,21 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE_NAME]),
         ("share/" + PACKAGE_NAME, ["package.xml"]),
     ],
-    install_requires=['vnd_core', 'cyclonedds>=0.10.5', 'rosbags>=0.10', 'mcap>=1.1', 'pyyaml>=6', 'numpy>=1.24'],
+    install_requires=[
+        "vnd_core",
+        "cyclonedds>=0.10.5",
+        "rosbags>=0.10",
+        "mcap>=1.1",
+        "pyyaml>=6",
+        "numpy>=1.24",
+    ],
     zip_safe=True,
     maintainer="VND flight stack developers",
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
         "console_scripts": [
-            'vnd = vnd_ros.cli:main',
+            "vnd = vnd_ros.cli:main",
         ],
     },
 )

@@ -1,1 +1,3 @@
-"""ROS-free core of the VND flight stack: dynamics, plant simulator, models, training, learner, evaluation, bundles."""
+"""ROS-free core of the VND flight stack: dynamics, plant simulator, models, training, learner,
+evaluation, bundles.
+"""

@@ -70,7 +70,10 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
         if origin is tuple and len(args) > 1 and args[1] is not Ellipsis:
             if len(value) != len(args):
                 raise ConfigError(f"{where}: expected {len(args)} values, got {len(value)}")
-            return tuple(_convert(v, h, f"{where}[{i}]") for i, (v, h) in enumerate(zip(value, args, strict=True)))
+            return tuple(
+                _convert(v, h, f"{where}[{i}]")
+                for i, (v, h) in enumerate(zip(value, args, strict=True))
+            )
         items = [_convert(v, item_hint, f"{where}[{i}]") for i, v in enumerate(value)]
         return tuple(items) if origin is tuple else items
     if origin is dict or hint is dict:

@@ -1,1 +1,3 @@
-"""Asynchronous continual learner node: replay store, model refits, policy retraining, bundle pushes."""
+"""Asynchronous continual learner node: replay store, model refits, policy retraining, bundle
+pushes.
+"""

@@ -1,1 +1,3 @@
-"""Middleware seam of the VND flight stack: rclpy and ROS 2 wire-compatible Cyclone DDS backends, messages, QoS, parameters, launch and bags."""
+"""Middleware seam of the VND flight stack: rclpy and ROS 2 wire-compatible Cyclone DDS
+backends, messages, QoS, parameters, launch and bags.
+"""

@@ -1,0 +1,1 @@
+"""Subcommands of ``vnd`` that need no middleware."""

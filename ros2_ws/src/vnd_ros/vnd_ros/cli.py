@@ -1,0 +1,71 @@
+"""The ``vnd`` command: one entry point, one module per subcommand.
+
+Each subcommand module exposes ``add_arguments(parser)`` and ``run(args) -> int``. Modules are
+imported only when their subcommand runs, so ``vnd --help`` stays fast and ROS-free commands
+never import a middleware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train-base": ("vnd_core.commands.train_base", "train the base policy on the nominal model"),
+    "sim": ("vnd_core.commands.sim", "fly one closed-loop episode of the true plant in-process"),
+    "eval": ("vnd_core.commands.eval", "compare adaptation methods on the disturbance scenarios"),
+    "learn": ("vnd_core.commands.learn", "fit the VND model and policy from recorded replay bags"),
+    "model-eval": ("vnd_core.commands.model_eval", "open-loop prediction error of a bundle"),
+    "launch": ("vnd_ros.commands.launch", "run a YAML launch file without ROS"),
+    "bag": ("vnd_ros.commands.bag", "record, inspect and play rosbag2 (MCAP) bags"),
+    "topic": ("vnd_ros.commands.topic", "list, echo and measure the rate of topics"),
+    "checkpoint": ("vnd_ros.commands.checkpoint", "list, load, activate and roll back bundles"),
+    "status": ("vnd_ros.commands.status", "modes, versions, rates and learner state"),
+    "fly": ("vnd_ros.commands.fly", "fly the simulated stack through a scenario and report"),
+    "preflight": ("vnd_ros.commands.preflight", "check a live graph before take-off"),
+}
+
+
+def _available() -> dict[str, tuple[str, str]]:
+    return {
+        name: entry
+        for name, entry in COMMANDS.items()
+        if importlib.util.find_spec(entry[0].rsplit(".", 1)[0]) is not None
+        and _module_exists(entry[0])
+    }
+
+
+def _module_exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    commands = _available()
+    parser = argparse.ArgumentParser(prog="vnd", description="VND flight stack tools")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in commands.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        if argv and argv[0] not in ("-h", "--help"):
+            parser.print_usage(sys.stderr)
+            print(f"vnd: unknown command '{argv[0]}'", file=sys.stderr)
+            return 2
+        parser.print_help()
+        return 0
+    name = argv[0]
+    module = importlib.import_module(commands[name][0])
+    sub_parser = argparse.ArgumentParser(prog=f"vnd {name}", description=commands[name][1])
+    module.add_arguments(sub_parser)
+    args = sub_parser.parse_args(argv[1:])
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Subcommands of ``vnd`` that talk to a running graph or to bags."""
