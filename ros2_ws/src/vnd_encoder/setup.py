@@ -18,6 +18,9 @@ setup(
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
-        "console_scripts": [],
+        "console_scripts": [
+            "pose_filter_node = vnd_encoder.pose_filter_node:main",
+            "encoder_node = vnd_encoder.encoder_node:main",
+        ],
     },
 )

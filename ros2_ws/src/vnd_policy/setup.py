@@ -18,6 +18,8 @@ setup(
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
-        "console_scripts": [],
+        "console_scripts": [
+            "policy_node = vnd_policy.policy_node:main",
+        ],
     },
 )
