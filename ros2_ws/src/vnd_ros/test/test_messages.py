@@ -177,6 +177,7 @@ def test_covers_every_vnd_message() -> None:
             "Latent",
             "LearnerStatus",
             "ModelBundle",
+            "NodeStatus",
             "Reference",
             "Transition",
         )
