@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-PKGS := vnd_core vnd_ros vnd_encoder vnd_policy vnd_learner vnd_sim
+PKGS := vnd_core vnd_ros vnd_encoder vnd_policy vnd_learner vnd_sim vnd_bridges
 STAMP := $(VENV)/.installed
 # Every DDS participant we start stays on loopback (DESIGN.md section 2).
 export CYCLONEDDS_URI ?= file://$(CURDIR)/config/cyclonedds_loopback.xml
