@@ -1,0 +1,194 @@
+"""ROS 2 graph visibility for the dds backend, both directions.
+
+Writing: :class:`DiscoveryInfoPublisher` publishes ``ros_discovery_info``
+(rmw_dds_common/msg/ParticipantEntitiesInfo) the way rmw_cyclonedds does: reliable, transient
+local, keep-last 1, listing every node of the participant with its reader and writer GIDs (the
+16-byte DDS GUIDs, zero-padded to 24 bytes on Humble). Together with the participant's
+``enclave=/;`` USER_DATA this is what ``ros2 node list`` needs.
+
+Reading: :class:`GraphView` lists the nodes (from ``ros_discovery_info``) and the topics (from
+the DCPS built-in publication/subscription topics) seen on the domain, in ROS names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cyclonedds.builtin import (
+    BuiltinDataReader,
+    BuiltinTopicDcpsParticipant,
+    BuiltinTopicDcpsPublication,
+    BuiltinTopicDcpsSubscription,
+)
+from cyclonedds.core import Entity, InstanceState, ReadCondition, SampleState, ViewState
+from cyclonedds.domain import DomainParticipant
+from cyclonedds.pub import DataWriter
+from cyclonedds.qos import Policy, Qos
+from cyclonedds.sub import DataReader
+from cyclonedds.topic import Topic
+
+from vnd_ros.names import ros_topic_name, ros_type_name
+
+DISCOVERY_TOPIC = "ros_discovery_info"
+DISCOVERY_TYPE = "rmw_dds_common/msg/ParticipantEntitiesInfo"
+GID_SIZE_BY_DISTRO = {"humble": 24, "jazzy": 16}
+# Samples of ros_discovery_info kept by a GraphView between refreshes: the topic is keyless,
+# so every participant's latest sample shares one history.
+_VIEW_HISTORY_DEPTH = 1000
+_ALIVE = SampleState.Any | ViewState.Any | InstanceState.Alive
+
+
+def _discovery_qos(depth: int | None) -> Qos:
+    history = Policy.History.KeepLast(depth) if depth else Policy.History.KeepAll
+    return Qos(
+        Policy.Reliability.Reliable(max_blocking_time=100_000_000),
+        Policy.Durability.TransientLocal,
+        history,
+    )
+
+
+class DiscoveryInfoPublisher:
+    """Announces the nodes of one participant on ``ros_discovery_info``.
+
+    Args:
+        participant: the process's participant (its GUID is the participant GID).
+        distro: 'jazzy' (16-byte Gid) or 'humble' (24-byte Gid).
+    """
+
+    def __init__(self, participant: DomainParticipant, distro: str) -> None:
+        from vnd_ros.messages import get_message
+
+        self._gid_size = GID_SIZE_BY_DISTRO[distro]
+        self._info_cls = get_message(DISCOVERY_TYPE, distro=distro)
+        self._node_cls = get_message("rmw_dds_common/msg/NodeEntitiesInfo", distro=distro)
+        self._gid_cls = get_message("rmw_dds_common/msg/Gid", distro=distro)
+        topic = Topic(participant, DISCOVERY_TOPIC, self._info_cls)
+        self._writer: DataWriter | None = DataWriter(participant, topic, _discovery_qos(1))
+        self._participant_gid = self._gid(participant.get_guid().bytes)
+
+    def _gid(self, guid: bytes) -> Any:
+        return self._gid_cls(data=guid.ljust(self._gid_size, b"\0"))
+
+    def publish(self, nodes: list[Any]) -> None:
+        """Publish the current node list (objects with get_name/get_namespace and entities)."""
+        if self._writer is None:
+            return
+        infos = [
+            self._node_cls(
+                node_namespace=node.get_namespace(),
+                node_name=node.get_name(),
+                reader_gid_seq=[self._gid(sub.gid) for sub in node.subscriptions],
+                writer_gid_seq=[self._gid(pub.gid) for pub in node.publishers],
+            )
+            for node in nodes
+        ]
+        msg = self._info_cls(gid=self._participant_gid, node_entities_info_seq=infos)
+        self._writer.write(msg)
+
+    def close(self) -> None:
+        """Announce no nodes, then delete the writer."""
+        if self._writer is not None:
+            self.publish([])
+            writer, self._writer = self._writer, None
+            if writer._ref in Entity._entities:
+                del Entity._entities[writer._ref]
+                writer._delete(writer._ref)
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A ROS node seen on the domain."""
+
+    name: str
+    namespace: str
+    reader_gids: tuple[bytes, ...] = ()  # 16-byte endpoint GUIDs of the node's readers
+    writer_gids: tuple[bytes, ...] = ()  # 16-byte endpoint GUIDs of the node's writers
+
+    @property
+    def fully_qualified_name(self) -> str:
+        """'/ns/name'."""
+        return ("" if self.namespace == "/" else self.namespace) + "/" + self.name
+
+
+@dataclass
+class TopicInfo:
+    """A ROS topic seen on the domain, with its endpoints."""
+
+    name: str  # ROS name, e.g. '/odom'
+    types: set[str] = field(default_factory=set)  # ROS type names, e.g. 'nav_msgs/msg/Odometry'
+    publisher_count: int = 0
+    subscriber_count: int = 0
+
+
+class GraphView:
+    """Nodes and topics of the ROS graph as seen from ``participant``.
+
+    Cheap to query repeatedly: each call reads the built-in topics and the newly received
+    discovery samples. Give discovery a moment (about 0.1-0.5 s) after creating the view.
+    """
+
+    def __init__(self, participant: DomainParticipant, distro: str | None = None) -> None:
+        from vnd_ros.backend import ros_distro
+        from vnd_ros.messages import get_message
+
+        distro = distro or ros_distro()
+        self._participants = BuiltinDataReader(participant, BuiltinTopicDcpsParticipant)
+        self._publications = BuiltinDataReader(participant, BuiltinTopicDcpsPublication)
+        self._subscriptions = BuiltinDataReader(participant, BuiltinTopicDcpsSubscription)
+        self._alive = {
+            reader: ReadCondition(reader, _ALIVE)
+            for reader in (self._participants, self._publications, self._subscriptions)
+        }
+        info_cls = get_message(DISCOVERY_TYPE, distro=distro)
+        topic = Topic(participant, DISCOVERY_TOPIC, info_cls)
+        self._info = DataReader(participant, topic, _discovery_qos(_VIEW_HISTORY_DEPTH))
+        self._nodes_by_participant: dict[bytes, list[NodeInfo]] = {}
+
+    def _read_alive(self, reader: BuiltinDataReader) -> list[Any]:
+        return reader.read(N=100_000, condition=self._alive[reader])
+
+    def participants(self) -> set[bytes]:
+        """16-byte GUIDs of the participants currently alive on the domain."""
+        return {sample.key.bytes for sample in self._read_alive(self._participants)}
+
+    def nodes(self) -> list[NodeInfo]:
+        """ROS nodes of live participants, sorted by fully qualified name."""
+        for sample in self._info.take(N=_VIEW_HISTORY_DEPTH):
+            if not hasattr(sample, "gid"):  # dispose notification: no data
+                continue
+            self._nodes_by_participant[bytes(sample.gid.data)[:16]] = [
+                NodeInfo(
+                    name=info.node_name,
+                    namespace=info.node_namespace,
+                    reader_gids=tuple(bytes(g.data)[:16] for g in info.reader_gid_seq),
+                    writer_gids=tuple(bytes(g.data)[:16] for g in info.writer_gid_seq),
+                )
+                for info in sample.node_entities_info_seq
+            ]
+        alive = self.participants()
+        nodes = [
+            node
+            for gid, infos in self._nodes_by_participant.items()
+            if gid in alive
+            for node in infos
+        ]
+        return sorted(nodes, key=lambda n: n.fully_qualified_name)
+
+    def topics(self, include_hidden: bool = False) -> dict[str, TopicInfo]:
+        """ROS topics by name. DDS-only topics (no 'rt/' prefix) only with ``include_hidden``."""
+        topics: dict[str, TopicInfo] = {}
+        for reader, is_writer in ((self._publications, True), (self._subscriptions, False)):
+            for endpoint in self._read_alive(reader):
+                name = ros_topic_name(endpoint.topic_name)
+                if name is None:
+                    if not include_hidden or endpoint.topic_name.startswith("DCPS"):
+                        continue
+                    name = endpoint.topic_name
+                info = topics.setdefault(name, TopicInfo(name))
+                info.types.add(ros_type_name(endpoint.type_name))
+                if is_writer:
+                    info.publisher_count += 1
+                else:
+                    info.subscriber_count += 1
+        return dict(sorted(topics.items()))

@@ -1,0 +1,117 @@
+"""Node loggers of the dds backend with rclpy's call surface and console format.
+
+``logger.info("x", throttle_duration_sec=1.0)``, ``once=True`` and ``skip_first=True`` behave as
+in rclpy; each call site keeps its own throttle/once state. Lines go to stderr as
+``[LEVEL] [epoch_s.ns] [logger]: message``, the rcutils default format.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+# Severity numbers of rcutils (used to compare levels).
+LEVELS = {"debug": 10, "info": 20, "warn": 30, "error": 40, "fatal": 50}
+_ALIASES = {"warning": "warn", "unset": "info"}
+
+_default_level = LEVELS["info"]
+_logger_levels: dict[str, int] = {}
+
+
+def set_default_level(level: str) -> None:
+    """Set the level of every logger without an explicit level (e.g. from ``--log-level``)."""
+    global _default_level
+    _default_level = LEVELS[_ALIASES.get(level, level)]
+
+
+def set_logger_level(name: str, level: str) -> None:
+    """Set the level of one logger (``--log-level name:=level``)."""
+    _logger_levels[name] = LEVELS[_ALIASES.get(level, level)]
+
+
+class Logger:
+    """A named logger (rclpy RcutilsLogger subset)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # call site (file, line, severity) -> (last emission monotonic s or None, calls seen)
+        self._sites: dict[tuple[str, int, str], list[Any]] = {}
+
+    def get_child(self, suffix: str) -> Logger:
+        """Logger ``name.suffix``."""
+        return Logger(f"{self.name}.{suffix}")
+
+    def get_effective_level(self) -> int:
+        """Numeric severity threshold of this logger."""
+        return _logger_levels.get(self.name, _default_level)
+
+    def set_level(self, level: str) -> None:
+        """Set this logger's threshold ('debug', 'info', 'warn', 'error', 'fatal')."""
+        set_logger_level(self.name, level.lower())
+
+    def is_enabled_for(self, severity: str) -> bool:
+        """True when a message of ``severity`` would be printed."""
+        return LEVELS[severity] >= self.get_effective_level()
+
+    def debug(self, message: str, **kwargs: Any) -> bool:
+        """Log at DEBUG; returns True when the line was emitted."""
+        return self._log("debug", message, **kwargs)
+
+    def info(self, message: str, **kwargs: Any) -> bool:
+        """Log at INFO; returns True when the line was emitted."""
+        return self._log("info", message, **kwargs)
+
+    def warning(self, message: str, **kwargs: Any) -> bool:
+        """Log at WARN; returns True when the line was emitted."""
+        return self._log("warn", message, **kwargs)
+
+    warn = warning
+
+    def error(self, message: str, **kwargs: Any) -> bool:
+        """Log at ERROR; returns True when the line was emitted."""
+        return self._log("error", message, **kwargs)
+
+    def fatal(self, message: str, **kwargs: Any) -> bool:
+        """Log at FATAL; returns True when the line was emitted."""
+        return self._log("fatal", message, **kwargs)
+
+    def _log(
+        self,
+        severity: str,
+        message: str,
+        *,
+        throttle_duration_sec: float | None = None,
+        throttle_time_source_type: Any = None,
+        once: bool = False,
+        skip_first: bool = False,
+    ) -> bool:
+        del throttle_time_source_type  # throttling always uses the monotonic clock here
+        if not self.is_enabled_for(severity):
+            return False
+        if throttle_duration_sec or once or skip_first:
+            frame = sys._getframe(2)
+            site = self._sites.setdefault(
+                (frame.f_code.co_filename, frame.f_lineno, severity), [None, 0]
+            )
+            site[1] += 1
+            now_s = time.monotonic()
+            if once and site[1] > 1:
+                return False
+            if skip_first and site[1] == 1:
+                return False
+            recent = site[0] is not None and now_s - site[0] < (throttle_duration_sec or 0.0)
+            if throttle_duration_sec and recent:
+                return False
+            site[0] = now_s
+        stamp_ns = time.time_ns()
+        sec, nsec = divmod(stamp_ns, 1_000_000_000)
+        line = f"[{severity.upper()}] [{sec}.{nsec:09d}] [{self.name}]: {message}\n"
+        sys.stderr.write(line)
+        sys.stderr.flush()
+        return True
+
+
+def get_logger(name: str) -> Logger:
+    """A logger not tied to a node (rclpy.logging.get_logger)."""
+    return Logger(name)

@@ -1,0 +1,124 @@
+"""The node API every VND node imports: rclpy's own under the rclpy backend, else the dds one.
+
+    from vnd_ros.runtime import Node, init, spin, shutdown, try_shutdown, ok
+
+The supported subset (checked by test_node_contract.py): Node subclassing with
+create_publisher / create_subscription / create_timer, declare_parameter(s), get_parameter,
+get_logger, get_clock().now(), get_name / get_namespace / get_fully_qualified_name,
+destroy_node; the functions init, spin, spin_once, shutdown, try_shutdown, ok; and
+SingleThreadedExecutor (add_node, spin, spin_once) to spin several nodes in one process.
+A node's main() should catch ``(KeyboardInterrupt, ExternalShutdownException)`` around spin:
+SIGINT raises the first on both backends, rclpy raises the second after SIGTERM (the dds
+backend's spin simply returns).
+
+``init(args=...)`` also records the process arguments so :func:`ros_arguments` can report
+where a parameter override came from on both backends.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from vnd_ros.backend import backend_name
+from vnd_ros.ros_args import RosArgs, parse_ros_args
+
+BACKEND = backend_name()
+
+_recorded_args: list[str] = []
+
+if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
+    import rclpy
+    from rcl_interfaces.msg import ParameterDescriptor
+    from rclpy import ok, shutdown, spin, spin_once, try_shutdown
+    from rclpy.exceptions import (
+        InvalidParameterTypeException,
+        ParameterAlreadyDeclaredException,
+        ParameterNotDeclaredException,
+    )
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.node import Node as _RclpyNode
+    from rclpy.parameter import Parameter
+
+    from vnd_ros.qos import to_rclpy_qos
+
+    class Node(_RclpyNode):
+        """rclpy's Node, accepting the vnd_ros.qos profiles (or an int depth) like the dds one."""
+
+        def create_publisher(self, msg_type, topic, qos_profile, **kwargs):
+            """rclpy create_publisher with ``qos_profile`` converted to rclpy's type."""
+            return super().create_publisher(msg_type, topic, to_rclpy_qos(qos_profile), **kwargs)
+
+        def create_subscription(self, msg_type, topic, callback, qos_profile, **kwargs):
+            """rclpy create_subscription with ``qos_profile`` converted to rclpy's type."""
+            return super().create_subscription(
+                msg_type, topic, callback, to_rclpy_qos(qos_profile), **kwargs
+            )
+
+    def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
+        """rclpy.init, remembering ``args`` for :func:`ros_arguments`."""
+        _recorded_args[:] = list(sys.argv if args is None else args)
+        rclpy.init(args=args, **kwargs)
+
+else:
+    from vnd_ros import dds_node as _dds
+    from vnd_ros.dds_node import (
+        Node,
+        SingleThreadedExecutor,
+        ok,
+        shutdown,
+        spin,
+        spin_once,
+        try_shutdown,
+    )
+    from vnd_ros.parameter import (
+        InvalidParameterTypeException,
+        Parameter,
+        ParameterAlreadyDeclaredException,
+        ParameterDescriptor,
+        ParameterNotDeclaredException,
+    )
+
+    class ExternalShutdownException(Exception):  # noqa: N818 - rclpy's name
+        """Never raised by the dds backend (spin returns on SIGTERM); exported so node code
+        can catch it the same way on both backends."""
+
+    def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
+        """Start the dds backend with ``args`` (``sys.argv`` when None)."""
+        _recorded_args[:] = list(sys.argv if args is None else args)
+        _dds.init(args=_recorded_args, **kwargs)
+
+
+def ros_arguments() -> RosArgs:
+    """The ROS arguments given to :func:`init` (parsed again; cheap)."""
+    return parse_ros_args(_recorded_args)
+
+
+def node_parameter_overrides(node: Any) -> dict[str, Any]:
+    """Command-line parameter overrides (name -> ParamOverride) that apply to ``node``."""
+    own = getattr(node, "parameter_overrides", None)
+    if isinstance(own, dict):  # dds backend
+        return own
+    return ros_arguments().parameter_overrides(node.get_namespace(), node.get_name())
+
+
+__all__ = [
+    "BACKEND",
+    "ExternalShutdownException",
+    "InvalidParameterTypeException",
+    "Node",
+    "Parameter",
+    "ParameterAlreadyDeclaredException",
+    "ParameterDescriptor",
+    "ParameterNotDeclaredException",
+    "SingleThreadedExecutor",
+    "init",
+    "node_parameter_overrides",
+    "ok",
+    "ros_arguments",
+    "shutdown",
+    "spin",
+    "spin_once",
+    "try_shutdown",
+]
