@@ -1,0 +1,690 @@
+"""The true plant: the simulated "real vehicle" that differs from the prior like hardware does.
+
+Unlike :class:`vnd_core.dynamics.NominalModel` it has four rotors with a first-order motor lag, an
+onboard proportional body-rate controller and X-frame mixer with per-motor saturation, linear and
+quadratic drag from the air-relative velocity, command latency, motion-capture noise, and the
+disturbances of a :class:`~vnd_core.scenario.Scenario` (wind, payload, propeller damage).
+
+It integrates with semi-implicit Euler at ``physics_rate_hz`` (velocities first, then positions;
+the quaternion by the exact exponential of the new body rate), batched over B environments that
+share the event timing but draw their own noise and gusts.
+
+The public API takes and returns float32 torch tensors; inside, the physics runs in float64
+outside every gradient graph. At the batch sizes the plant serves (1 in the real-time simulator
+node, 16-64 in evaluation) a physics step is a hundred tiny array operations whose fixed call
+overhead is the whole cost, several times lower in numpy than in torch, so the batch runs on numpy
+arrays, and a batch of one on plain Python floats (``_OneVehicle``, faster again). The rotation
+formulas of both are checked against :mod:`vnd_core.so3` and against each other by the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vnd_core.scenario import (
+    Event,
+    PayloadEvent,
+    PayloadOffEvent,
+    PropDamageEvent,
+    PropRepairEvent,
+    Scenario,
+    WindEvent,
+    WindOffEvent,
+)
+from vnd_core.state import ACTION_DIM, GRAVITY_MPS2, OMEGA, POS, QUAT, STATE_DIM, VEL
+from vnd_core.vehicle import VehicleParams
+
+Vec3 = tuple[float, float, float]
+
+CONTROL_TICK_S = 0.02  # one 50 Hz control tick, the period of :meth:`TruePlant.step`
+ROTOR_COUNT = 4
+# Rotor positions in units of arm_length_m / sqrt(2), body frame (FLU), X layout:
+# 0 front-left, 1 back-left, 2 back-right, 3 front-right.
+ROTOR_POSITIONS = ((1.0, 1.0), (-1.0, 1.0), (-1.0, -1.0), (1.0, -1.0))
+# Sign of each rotor's reaction (yaw) torque about body z; diagonal pairs spin alike.
+ROTOR_YAW_SIGNS = (1.0, -1.0, 1.0, -1.0)
+
+
+@dataclass(frozen=True)
+class PlantConfig:
+    """Simulation settings of the true plant (the vehicle itself is a VehicleParams)."""
+
+    physics_rate_hz: float = 500.0  # internal integration rate (>= 200)
+    latency_s: float = 0.03  # set_command to motors, rounded to physics steps (1 to 2 ticks)
+    position_noise_m: float = 0.001  # mocap position noise, std per axis
+    attitude_noise_rad: float = 0.004  # mocap attitude noise, std of the rotation vector per axis
+    velocity_noise_mps: float = 0.02  # noise of the measured (filtered mocap) velocity, std
+    rate_noise_radps: float = 0.03  # noise of the measured body rates, std
+    floor_m: float = 0.0  # crash when the vehicle goes below this height
+    arena_half_m: Vec3 = (10.0, 10.0, 10.0)  # crash when |p| exceeds this on any world axis
+    max_tilt_deg: float = 80.0  # crash when body z leans further than this from world z
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        if not self.physics_rate_hz >= 200.0:
+            raise ValueError(f"physics_rate_hz must be >= 200, got {self.physics_rate_hz}")
+        noise = ("position_noise_m", "attitude_noise_rad", "velocity_noise_mps", "rate_noise_radps")
+        for name in ("latency_s", *noise):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.max_tilt_deg <= 180:
+            raise ValueError(f"max_tilt_deg must be within (0, 180], got {self.max_tilt_deg}")
+
+    @property
+    def physics_dt_s(self) -> float:
+        """Length of one integration step."""
+        return 1.0 / self.physics_rate_hz
+
+
+def allocation_matrix(vehicle: VehicleParams, com_offset_m: Vec3 = (0.0, 0.0, 0.0)) -> np.ndarray:
+    """Map rotor thrusts (4,) to [collective thrust, roll, pitch, yaw torque] (4,), as (4, 4).
+
+    Torques are about the centre of mass at ``com_offset_m`` (body frame): a thrust f at rotor
+    position r gives (r - c) x (0, 0, f) = ((r_y - c_y) f, -(r_x - c_x) f, 0).
+    """
+    d = vehicle.arm_length_m / math.sqrt(2.0)
+    rows: list[list[float]] = [[1.0] * ROTOR_COUNT, [], [], []]
+    for (x, y), sign in zip(ROTOR_POSITIONS, ROTOR_YAW_SIGNS, strict=True):
+        rows[1].append(d * y - com_offset_m[1])
+        rows[2].append(-(d * x - com_offset_m[0]))
+        rows[3].append(sign * vehicle.torque_coefficient_m)
+    return np.array(rows)
+
+
+# ------------------------------------------------------------------ rotations as linear maps
+
+
+def _quat_products_to_rotmat() -> np.ndarray:
+    """(16, 9) map from the outer product q q^T (flattened) to the rotation matrix (flattened).
+
+    Written with ww + xx + yy + zz in place of 1, so it holds for unit quaternions.
+    """
+    c = np.zeros((4, 4, 3, 3))
+    w, x, y, z = range(4)
+    for i, j, row, col, coef in [
+        (w, w, 0, 0, 1), (x, x, 0, 0, 1), (y, y, 0, 0, -1), (z, z, 0, 0, -1),
+        (x, y, 0, 1, 2), (w, z, 0, 1, -2), (x, z, 0, 2, 2), (w, y, 0, 2, 2),
+        (x, y, 1, 0, 2), (w, z, 1, 0, 2), (w, w, 1, 1, 1), (x, x, 1, 1, -1),
+        (y, y, 1, 1, 1), (z, z, 1, 1, -1), (y, z, 1, 2, 2), (w, x, 1, 2, -2),
+        (x, z, 2, 0, 2), (w, y, 2, 0, -2), (y, z, 2, 1, 2), (w, x, 2, 1, 2),
+        (w, w, 2, 2, 1), (x, x, 2, 2, -1), (y, y, 2, 2, -1), (z, z, 2, 2, 1),
+    ]:  # fmt: skip
+        c[i, j, row, col] += coef
+    return c.reshape(16, 9)
+
+
+_ROTMAT_MAP = _quat_products_to_rotmat()
+# Left-multiplication matrix of a quaternion: a * b = L(a) b with L(a)[r, k] = s[r, k] a[i[r, k]].
+_QMUL_INDEX = np.array([[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1], [3, 2, 1, 0]])
+_QMUL_SIGN = np.array([[1, -1, -1, -1], [1, 1, -1, 1], [1, 1, 1, -1], [1, -1, 1, 1]], dtype=float)
+
+
+def _outer_to_cross() -> np.ndarray:
+    """(9, 3) map with cross(a, b) = (a b^T flattened) @ map."""
+    c = np.zeros((3, 3, 3))
+    for k, (i, j) in enumerate([(1, 2), (2, 0), (0, 1)]):  # c_k = a_i b_j - a_j b_i
+        c[i, j, k], c[j, i, k] = 1.0, -1.0
+    return c.reshape(9, 3)
+
+
+_CROSS_MAP = _outer_to_cross()
+
+
+def rotmat_np(q: np.ndarray) -> np.ndarray:
+    """Rotation matrices (B, 3, 3), body to world, of unit quaternions q (B, 4) (w x y z)."""
+    outer = (q[:, :, None] * q[:, None, :]).reshape(-1, 16)
+    return (outer @ _ROTMAT_MAP).reshape(-1, 3, 3)
+
+
+def quat_mul_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Hamilton product a * b of quaternions (B, 4)."""
+    return ((a[:, _QMUL_INDEX] * _QMUL_SIGN) @ b[:, :, None])[:, :, 0]
+
+
+def quat_exp_np(rotvec: np.ndarray) -> np.ndarray:
+    """Unit quaternions (B, 4) of rotation vectors (B, 3) in rad."""
+    half = 0.5 * np.sqrt((rotvec * rotvec).sum(axis=1, keepdims=True))
+    # sin(half) / half is exact in float64 down to the smallest half; at half = 0 the rotation
+    # vector is zero, so the floor only avoids 0 / 0.
+    scale = 0.5 * np.sin(half) / np.maximum(half, 1e-300)
+    return np.concatenate([np.cos(half), rotvec * scale], axis=1)
+
+
+def rotate_np(rot: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Rotate vectors v (B, 3) by rotation matrices rot (B, 3, 3)."""
+    return (rot @ v[:, :, None])[:, :, 0]
+
+
+def rotate_inverse_np(rot: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Rotate vectors v (B, 3) by the transposes of rot (B, 3, 3)."""
+    return (v[:, None, :] @ rot)[:, 0, :]
+
+
+def cross_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Cross products (B, 3) of (B, 3) vectors; much faster than np.cross for small batches."""
+    return (a[:, :, None] * b[:, None, :]).reshape(-1, 9) @ _CROSS_MAP
+
+
+# ----------------------------------------------------------------------- disturbance models
+
+
+class _Wind:
+    """Air velocity of one wind event: mean + Ornstein-Uhlenbeck gusts + sinusoid, per env."""
+
+    def __init__(self, event: WindEvent, batch_size: int, rng: np.random.Generator):
+        self.mean_mps = np.array(event.velocity_mps, dtype=float)
+        self.gusty = event.kind == "gusts"
+        self.sinusoidal = event.kind == "sinusoidal"
+        self.gust_std_mps = np.array(event.gust_std_mps, dtype=float)
+        self.gust_tau_s = event.gust_time_constant_s
+        self.amplitude_mps = np.array(event.amplitude_mps, dtype=float)
+        self.omega_radps = 2.0 * math.pi / event.period_s
+        # Every env starts its gusts from the stationary distribution and its sinusoid at its
+        # own phase, so a batch samples the condition instead of repeating one realisation.
+        self.gust_mps = self.gust_std_mps * rng.standard_normal((batch_size, 3))
+        self.phase_rad = 2.0 * math.pi * rng.random((batch_size, 1))
+
+    def velocity_mps(self, t_s: float) -> np.ndarray:
+        """Air velocity (B, 3) in the world frame at scenario time ``t_s``."""
+        wind = (
+            self.mean_mps + self.gust_mps
+            if self.gusty
+            else np.broadcast_to(self.mean_mps, self.gust_mps.shape)
+        )
+        if self.sinusoidal:
+            wind = wind + self.amplitude_mps * np.sin(self.omega_radps * t_s + self.phase_rad)
+        return wind
+
+    def advance(self, dt_s: float, rng: np.random.Generator) -> None:
+        """Step the gust process by ``dt_s`` with its exact discretisation."""
+        if not self.gusty:
+            return
+        decay = math.exp(-dt_s / self.gust_tau_s)
+        noise = rng.standard_normal(self.gust_mps.shape)
+        self.gust_mps = (
+            decay * self.gust_mps + (math.sqrt(1.0 - decay**2) * self.gust_std_mps) * noise
+        )
+
+
+class _MassProperties:
+    """Mass, centre of mass and inertia of vehicle + payload about their common centre."""
+
+    def __init__(self, vehicle: VehicleParams, payload: PayloadEvent | None):
+        mass_kg = vehicle.mass_kg
+        inertia = np.diag(vehicle.inertia_kgm2)
+        self.payload_kg = 0.0 if payload is None else payload.mass_kg
+        self.com_m = np.zeros(3)
+        if payload is not None:
+            r_p = np.array(payload.com_offset_m, dtype=float)
+            total_kg = mass_kg + payload.mass_kg
+            self.com_m = r_p * (payload.mass_kg / total_kg)
+            # Parallel-axis theorem: the vehicle (its centre at the body origin) and a point
+            # payload at r_p, both about the common centre of mass.
+            inertia = (
+                inertia
+                + _point_inertia(mass_kg, -self.com_m)
+                + _point_inertia(payload.mass_kg, r_p - self.com_m)
+            )
+            mass_kg = total_kg
+        self.mass_kg = mass_kg
+        self.inertia = inertia
+        self.inertia_inv = np.linalg.inv(inertia)
+        self.offset = bool(np.any(self.com_m != 0.0))
+
+
+def _point_inertia(mass_kg: float, r_m: np.ndarray) -> np.ndarray:
+    """Inertia (3, 3) of a point mass at ``r_m`` about the origin."""
+    return mass_kg * (r_m @ r_m * np.eye(3) - np.outer(r_m, r_m))
+
+
+# ------------------------------------------------------------------- one vehicle, plain floats
+
+
+def _cross(a: list[float], b: list[float]) -> list[float]:
+    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
+
+
+def _matvec(m: list[list[float]], v: list[float]) -> list[float]:
+    return [m[0][0] * v[0] + m[0][1] * v[1] + m[0][2] * v[2],
+            m[1][0] * v[0] + m[1][1] * v[1] + m[1][2] * v[2],
+            m[2][0] * v[0] + m[2][1] * v[1] + m[2][2] * v[2]]  # fmt: skip
+
+
+class _OneVehicle:
+    """Plain-float twin of :meth:`TruePlant._substep` for a batch of one.
+
+    The simulator node steps a single vehicle in real time. There every numpy call works on
+    3-element arrays and its fixed overhead (about a microsecond) is the whole cost; the same
+    arithmetic on Python floats is several times faster. The tests fly both paths through every
+    kind of disturbance and require agreement to round-off.
+    """
+
+    def __init__(self, plant: TruePlant):
+        self.plant = plant
+        self._sources: tuple = ()
+        h = plant._h
+        self.h, self.alpha, self.motor_max = h, plant._motor_alpha, plant._motor_max_n
+        self.inertia_nom = plant._inertia_nom.tolist()
+        self.inertia_gain = plant._inertia_gain.tolist()
+        self.mixer_thrust = plant._mixer_thrust.tolist()
+        self.mixer_torque = plant._mixer_torque.tolist()
+        self.drag_lin = plant._drag_lin.tolist()
+        self.drag_quad = plant._drag_quad.tolist()
+        self.gravity_z = float(plant._gravity[2])
+
+    def load(self) -> None:
+        """Copy the plant's (1, n) arrays into floats."""
+        pl = self.plant
+        self.p, self.q = pl._p[0].tolist(), pl._q[0].tolist()
+        self.v, self.w = pl._v[0].tolist(), pl._w[0].tolist()
+        self.motor = pl._motor_n[0].tolist()
+
+    def store(self) -> None:
+        """Write the floats back into the plant's arrays."""
+        pl = self.plant
+        pl._p[0], pl._q[0], pl._v[0], pl._w[0] = self.p, self.q, self.v, self.w
+        pl._motor_n[0] = self.motor
+
+    def _refresh(self) -> None:
+        """Re-read what commands and events replace (the plant swaps whole objects)."""
+        pl = self.plant
+        sources = (pl._thrust_cmd, pl._wrench_t, pl._mass)  # rates change with the thrust
+        if self._sources and all(a is b for a, b in zip(sources, self._sources, strict=True)):
+            return
+        self._sources = sources
+        self.thrust_cmd = float(pl._thrust_cmd[0, 0])
+        self.rates_cmd = pl._rates_cmd[0].tolist()
+        self.wrench_t = pl._wrench_t.tolist()
+        mass = pl._mass
+        self.mass_kg, self.offset = mass.mass_kg, mass.offset
+        self.com, self.inertia = mass.com_m.tolist(), mass.inertia.tolist()
+        self.inertia_inv = mass.inertia_inv.tolist()
+
+    def substep(self) -> None:
+        """One semi-implicit Euler step; the same equations as :meth:`TruePlant._substep`."""
+        self._refresh()
+        pl, h, w, q = self.plant, self.h, self.w, self.q
+        jn, jg = self.inertia_nom, self.inertia_gain
+        gyro = _cross(w, [w[0] * jn[0], w[1] * jn[1], w[2] * jn[2]])
+        rc = self.rates_cmd
+        torque_cmd = [jg[i] * (rc[i] - w[i]) + gyro[i] for i in range(3)]
+        mt, mq, motor = self.mixer_thrust, self.mixer_torque, self.motor
+        for i in range(4):
+            f = self.thrust_cmd * mt[i] + torque_cmd[0] * mq[0][i] + torque_cmd[1] * mq[1][i]
+            f += torque_cmd[2] * mq[2][i]
+            f = 0.0 if f < 0.0 else min(f, self.motor_max)
+            motor[i] += self.alpha * (f - motor[i])
+        wt = self.wrench_t
+        m0, m1, m2, m3 = motor
+        wrench = [m0 * wt[0][c] + m1 * wt[1][c] + m2 * wt[2][c] + m3 * wt[3][c] for c in range(4)]
+        qw, qx, qy, qz = q
+        rot = [
+            [
+                qw * qw + qx * qx - qy * qy - qz * qz,
+                2 * (qx * qy - qw * qz),
+                2 * (qx * qz + qw * qy),
+            ],
+            [
+                2 * (qx * qy + qw * qz),
+                qw * qw - qx * qx + qy * qy - qz * qz,
+                2 * (qy * qz - qw * qx),
+            ],
+            [
+                2 * (qx * qz - qw * qy),
+                2 * (qy * qz + qw * qx),
+                qw * qw - qx * qx - qy * qy + qz * qz,
+            ],
+        ]
+        v = self.v
+        air = v if pl._wind is None else [
+            a - b for a, b in zip(v, pl._wind.velocity_mps(pl.time_s)[0].tolist(), strict=True)
+        ]  # fmt: skip
+        air_b = [rot[0][j] * air[0] + rot[1][j] * air[1] + rot[2][j] * air[2] for j in range(3)]
+        drag_b = [-(self.drag_lin[j] + self.drag_quad[j] * abs(a)) * a for j, a in enumerate(air_b)]
+        force_b = [drag_b[0], drag_b[1], drag_b[2] + wrench[0]]
+        accel = [f / self.mass_kg for f in _matvec(rot, force_b)]
+        accel[2] += self.gravity_z
+        torque = wrench[1:]
+        if self.offset:
+            com = self.com
+            torque = [t - c for t, c in zip(torque, _cross(com, drag_b), strict=True)]
+            gyro_true = _cross(w, _matvec(self.inertia, w))
+            w_dot = _matvec(
+                self.inertia_inv, [t - g for t, g in zip(torque, gyro_true, strict=True)]
+            )
+            lever = [
+                a + b for a, b in zip(_cross(w_dot, com), _cross(w, _cross(w, com)), strict=True)
+            ]
+            accel = [a - b for a, b in zip(accel, _matvec(rot, lever), strict=True)]
+        else:
+            w_dot = [(torque[i] - gyro[i]) / jn[i] for i in range(3)]
+        if pl._wind is not None:
+            pl._wind.advance(h, pl._rng)
+        self.v = v = [v[i] + h * accel[i] for i in range(3)]
+        self.w = w = [w[i] + h * w_dot[i] for i in range(3)]
+        self.p = [self.p[i] + h * v[i] for i in range(3)]
+        self.q = _quat_mul_exp(q, [h * c for c in w])
+
+
+def _quat_mul_exp(q: list[float], rotvec: list[float]) -> list[float]:
+    """q * exp(rotvec) for a quaternion (4 floats) and a rotation vector (3 floats, rad)."""
+    half = 0.5 * math.sqrt(rotvec[0] ** 2 + rotvec[1] ** 2 + rotvec[2] ** 2)
+    scale = 0.5 * math.sin(half) / max(half, 1e-300)
+    bw, bx, by, bz = math.cos(half), rotvec[0] * scale, rotvec[1] * scale, rotvec[2] * scale
+    aw, ax, ay, az = q
+    return [
+        aw * bw - ax * bx - ay * by - az * bz,
+        aw * bx + ax * bw + ay * bz - az * by,
+        aw * by - ax * bz + ay * bw + az * bx,
+        aw * bz + ax * by - ay * bx + az * bw,
+    ]
+
+
+# ------------------------------------------------------------------------------- the plant
+
+
+class TruePlant:
+    """Batched true-plant simulator; see the module docstring for what it models.
+
+    Typical use, one 50 Hz control tick at a time::
+
+        plant = TruePlant(vehicle, scenario, batch_size=16, seed=1)
+        plant.reset(scenario.start_state(16))
+        for _ in range(n):
+            obs = plant.measure()           # (B, 13) noisy
+            plant.step(policy(obs))         # (B, 4) CTBR; returns the true state (B, 13)
+    """
+
+    def __init__(
+        self,
+        vehicle: VehicleParams,
+        scenario: Scenario | None = None,
+        batch_size: int = 1,
+        config: PlantConfig | None = None,
+        seed: int = 0,
+    ):
+        self.vehicle = vehicle
+        self.scenario = scenario
+        self.batch_size = batch_size
+        self.config = config or PlantConfig()
+        self.config.validate()
+        self._rng = np.random.default_rng(seed)
+        self._h = self.config.physics_dt_s
+        self._latency_steps = round(self.config.latency_s / self._h)
+        self._motor_alpha = 1.0 - math.exp(-self._h / vehicle.motor_time_constant_s)
+        # The onboard controller knows only the nominal vehicle.
+        self._inertia_nom = np.array(vehicle.inertia_kgm2, dtype=float)
+        self._inertia_gain = self._inertia_nom * np.array(vehicle.rate_gain_p)
+        mixer_t = np.linalg.inv(allocation_matrix(vehicle)).T
+        self._mixer_thrust, self._mixer_torque = mixer_t[0].copy(), mixer_t[1:].copy()
+        self._drag_lin = np.array(vehicle.drag_linear_nspm, dtype=float)
+        self._drag_quad = np.array(vehicle.drag_quadratic_ns2pm2, dtype=float)
+        self._gravity = np.array([0.0, 0.0, -GRAVITY_MPS2])
+        self._motor_max_n = vehicle.motor_thrust_max_n
+        self._rate_max = np.array(vehicle.body_rate_max_radps, dtype=float)
+        self._arena = np.array(self.config.arena_half_m, dtype=float)
+        self._min_tilt_cos = math.cos(math.radians(self.config.max_tilt_deg))
+        # Batch 1 runs on plain floats (see _OneVehicle); tests switch this off to compare.
+        self.fast_single = True
+        self._one_vehicle = _OneVehicle(self)
+        start = np.zeros((batch_size, STATE_DIM))
+        start[:, 2], start[:, 3] = 1.0, 1.0
+        self.reset(torch.from_numpy(start))
+
+    # ----------------------------------------------------------------------------- public API
+
+    def reset(self, state: torch.Tensor) -> None:
+        """Start a flight at ``state`` (B, 13) (or (13,), broadcast): time 0, motors at hover,
+        no disturbance yet, the latency pipeline filled with the hover command."""
+        state = self._as_batch(state, STATE_DIM, "state").copy()
+        state[:, QUAT] /= np.linalg.norm(state[:, QUAT], axis=1, keepdims=True)
+        self._p, self._q = state[:, POS].copy(), state[:, QUAT].copy()
+        self._v, self._w = state[:, VEL].copy(), state[:, OMEGA].copy()
+        self._step = 0
+        hover_n = self.vehicle.hover_thrust_n
+        self._motor_n = np.full((self.batch_size, ROTOR_COUNT), hover_n / ROTOR_COUNT)
+        self._thrust_cmd = np.full((self.batch_size, 1), hover_n)
+        self._rates_cmd = np.zeros((self.batch_size, 3))
+        self._pending: deque[tuple[int, np.ndarray]] = deque()
+        self._wind: _Wind | None = None
+        self._mass = _MassProperties(self.vehicle, None)
+        self._efficiency = np.ones(ROTOR_COUNT)
+        self._events = list(self.scenario.events) if self.scenario else []
+        self._next_event = 0
+        self._update_wrench_map()
+        self._crashed = np.zeros(self.batch_size, dtype=bool)
+        self._frozen = state
+        self._apply_due_events()
+
+    def set_command(self, action: torch.Tensor) -> None:
+        """Queue a CTBR command (B, 4) (or (4,)); the motors see it ``latency_s`` later."""
+        command = self._as_batch(action, ACTION_DIM, "action").copy()
+        # The onboard controller saturates what it is asked for, as a flight controller does.
+        np.clip(command[:, 0], 0.0, self.vehicle.thrust_max_n, out=command[:, 0])
+        np.clip(command[:, 1:], -self._rate_max, self._rate_max, out=command[:, 1:])
+        self._pending.append((self._step + self._latency_steps, command))
+
+    def advance(self, dt_s: float) -> torch.Tensor:
+        """Integrate ``dt_s`` (a multiple of the physics period); returns the true state (B, 13)."""
+        steps = round(dt_s / self._h)
+        if steps < 0 or abs(steps * self._h - dt_s) > 1e-9:
+            raise ValueError(
+                f"dt_s={dt_s} must be a non-negative multiple of the physics period {self._h} s"
+            )
+        before = self._joined()
+        one = self._one_vehicle if self.batch_size == 1 and self.fast_single else None
+        if one is not None:
+            one.load()
+        for _ in range(steps):
+            self._apply_due_events()
+            self._apply_due_command()
+            if one is not None:
+                one.substep()
+            else:
+                self._substep()
+            self._step += 1
+        if one is not None:
+            one.store()
+        self._q /= np.linalg.norm(self._q, axis=1, keepdims=True)  # remove round-off drift
+        self._check_crash(before)
+        return self.state
+
+    def step(self, action: torch.Tensor) -> torch.Tensor:
+        """One 50 Hz control tick: :meth:`set_command` then :meth:`advance` (0.02 s)."""
+        self.set_command(action)
+        return self.advance(CONTROL_TICK_S)
+
+    @property
+    def time_s(self) -> float:
+        """Scenario time since :meth:`reset`."""
+        return self._step * self._h
+
+    @property
+    def state(self) -> torch.Tensor:
+        """True state (B, 13), float32."""
+        return torch.from_numpy(self._joined()).float()
+
+    @property
+    def crashed(self) -> torch.Tensor:
+        """Sticky crash flags (B,), bool: below the floor, over-tilted, out of the arena or
+        non-finite. A crashed vehicle is held still where it crashed."""
+        return torch.from_numpy(self._crashed.copy())
+
+    def measure(self) -> torch.Tensor:
+        """Motion-capture-like measurement of the state (B, 13), float32, with fresh noise."""
+        c, b = self.config, self.batch_size
+
+        def noise(std: float) -> np.ndarray:
+            return std * self._rng.standard_normal((b, 3))
+
+        q = quat_mul_np(self._q, quat_exp_np(noise(c.attitude_noise_rad)))
+        measured = np.concatenate(
+            [
+                self._p + noise(c.position_noise_m),
+                q,
+                self._v + noise(c.velocity_noise_mps),
+                self._w + noise(c.rate_noise_radps),
+            ],
+            axis=1,
+        )
+        return torch.from_numpy(measured).float()
+
+    def condition(self) -> str:
+        """Name of the scenario phase active now ("calm" without a scenario)."""
+        return self.scenario.phase_at(self.time_s) if self.scenario else "calm"
+
+    def wind_velocity_mps(self) -> torch.Tensor:
+        """Current air velocity (B, 3), world frame, float32 (zeros in still air)."""
+        if self._wind is None:
+            return torch.zeros(self.batch_size, 3)
+        return torch.from_numpy(np.array(self._wind.velocity_mps(self.time_s))).float()
+
+    def disturbance_force_n(self) -> torch.Tensor:
+        """External world force (B, 3), float32: the drag change caused by the wind plus the
+        payload's weight. Propeller damage is an actuator fault, not an external force."""
+        force = np.broadcast_to(self._mass.payload_kg * self._gravity, (self.batch_size, 3))
+        if self._wind is not None:
+            rot = rotmat_np(self._q)
+            windy = self._drag_world(rot, self._v - self._wind.velocity_mps(self.time_s))
+            force = force + windy - self._drag_world(rot, self._v)
+        return torch.from_numpy(np.array(force)).float()
+
+    @property
+    def motor_thrust_n(self) -> torch.Tensor:
+        """Thrust each rotor produces now (B, 4), float32, after lag and damage."""
+        return torch.from_numpy(self._motor_n * self._efficiency).float()
+
+    # ------------------------------------------------------------------------------- physics
+
+    def _substep(self) -> None:
+        """One semi-implicit Euler step of length h for all environments."""
+        h, w = self._h, self._w
+        # Onboard P rate controller with the nominal inertia, X mixer, per-motor saturation.
+        gyro = cross_np(w, w * self._inertia_nom)
+        torque_cmd = self._inertia_gain * (self._rates_cmd - w) + gyro
+        motor_cmd = self._thrust_cmd * self._mixer_thrust + torque_cmd @ self._mixer_torque
+        np.minimum(np.maximum(motor_cmd, 0.0, out=motor_cmd), self._motor_max_n, out=motor_cmd)
+        self._motor_n += self._motor_alpha * (motor_cmd - self._motor_n)
+        # What the (possibly damaged, possibly loaded) airframe really gets.
+        wrench = self._motor_n @ self._wrench_t
+        rot = rotmat_np(self._q)
+        air_w = self._v if self._wind is None else self._v - self._wind.velocity_mps(self.time_s)
+        drag_b = self._drag_body(rotate_inverse_np(rot, air_w))
+        force_b = drag_b.copy()
+        force_b[:, 2] += wrench[:, 0]
+        mass = self._mass
+        accel = rotate_np(rot, force_b) / mass.mass_kg + self._gravity
+        torque = wrench[:, 1:]
+        if mass.offset:
+            # Rigid body about the shifted centre of mass c; p tracks the body origin (the mocap
+            # marker) whose acceleration is a_c - R (w_dot x c + w x (w x c)).
+            com = np.broadcast_to(mass.com_m, w.shape)
+            torque = torque - cross_np(com, drag_b)
+            w_dot = (torque - cross_np(w, w @ mass.inertia.T)) @ mass.inertia_inv.T
+            lever = cross_np(w_dot, com) + cross_np(w, cross_np(w, com))
+            accel -= rotate_np(rot, lever)
+        else:
+            w_dot = (torque - gyro) / self._inertia_nom
+        if self._wind is not None:
+            self._wind.advance(h, self._rng)
+        self._v += h * accel
+        self._w += h * w_dot
+        self._p += h * self._v
+        self._q = quat_mul_np(self._q, quat_exp_np(h * self._w))
+
+    def _drag_body(self, air_b: np.ndarray) -> np.ndarray:
+        """Linear + quadratic drag force (B, 3) in the body frame from body air velocity."""
+        return -(self._drag_lin + self._drag_quad * np.abs(air_b)) * air_b
+
+    def _drag_world(self, rot: np.ndarray, air_w: np.ndarray) -> np.ndarray:
+        """Drag force (B, 3) in the world frame from the world air-relative velocity."""
+        drag_b = self._drag_body(rotate_inverse_np(rot, air_w))
+        return rotate_np(rot, drag_b)
+
+    # ---------------------------------------------------------------------- commands and events
+
+    def _apply_due_command(self) -> None:
+        """Make the newest command whose latency has elapsed the active one."""
+        while self._pending and self._pending[0][0] <= self._step:
+            command = self._pending.popleft()[1]
+            self._thrust_cmd, self._rates_cmd = command[:, :1], command[:, 1:]
+
+    def _apply_due_events(self) -> None:
+        """Apply every scenario event whose time has come (events are ordered by at_s)."""
+        while self._next_event < len(self._events):
+            event = self._events[self._next_event]
+            if event.at_s > self.time_s + 0.5 * self._h:
+                return
+            self._apply_event(event)
+            self._next_event += 1
+
+    def _apply_event(self, event: Event) -> None:
+        """Change the plant's condition as ``event`` says."""
+        if isinstance(event, WindEvent):
+            self._wind = _Wind(event, self.batch_size, self._rng)
+        elif isinstance(event, WindOffEvent):
+            self._wind = None
+        elif isinstance(event, PayloadEvent):
+            self._mass = _MassProperties(self.vehicle, event)
+        elif isinstance(event, PayloadOffEvent):
+            self._mass = _MassProperties(self.vehicle, None)
+        elif isinstance(event, PropDamageEvent):
+            self._efficiency[event.rotor] = event.efficiency
+        elif isinstance(event, PropRepairEvent):
+            self._efficiency[slice(None) if event.rotor is None else event.rotor] = 1.0
+        else:
+            raise TypeError(f"unknown scenario event {event!r}")
+        self._update_wrench_map()
+
+    def _update_wrench_map(self) -> None:
+        """Rotor thrusts -> true wrench (B, 4) @ (4, 4), with damage and the current centre of
+        mass (which the onboard mixer does not know about)."""
+        allocation = allocation_matrix(self.vehicle, tuple(self._mass.com_m))
+        self._wrench_t = (allocation * self._efficiency).T.copy()
+
+    # ---------------------------------------------------------------------------------- helpers
+
+    def _as_batch(self, value: torch.Tensor, width: int, what: str) -> np.ndarray:
+        """``value`` (B, width) or (width,) as a float64 (B, width) array."""
+        array = np.asarray(torch.as_tensor(value).detach().cpu(), dtype=float)
+        if array.shape not in ((width,), (1, width), (self.batch_size, width)):
+            raise ValueError(
+                f"{what} must have shape ({self.batch_size}, {width}) or ({width},), "
+                f"got {tuple(array.shape)}"
+            )
+        return np.broadcast_to(array, (self.batch_size, width))
+
+    def _joined(self) -> np.ndarray:
+        """True state (B, 13) in float64."""
+        return np.concatenate([self._p, self._q, self._v, self._w], axis=1)
+
+    def _check_crash(self, before: np.ndarray) -> None:
+        """Flag new crashes and hold crashed vehicles still where they crashed (sticky)."""
+        state = self._joined()
+        finite = np.isfinite(state).all(axis=1)
+        q = self._q
+        tilt_cos = 1.0 - 2.0 * (q[:, 1] ** 2 + q[:, 2] ** 2)  # world z of body z
+        with np.errstate(invalid="ignore"):
+            bad = (
+                ~finite
+                | (self._p[:, 2] < self.config.floor_m)
+                | (tilt_cos < self._min_tilt_cos)
+                | (np.abs(self._p) > self._arena).any(axis=1)
+            )
+        new = bad & ~self._crashed
+        if not new.any() and not self._crashed.any():
+            return
+        # Keep the last finite state of a vehicle that blew up; a crashed vehicle stops moving.
+        at_crash = np.where(finite[:, None], state, before)
+        at_crash[:, VEL] = 0.0
+        at_crash[:, OMEGA] = 0.0
+        self._frozen = np.where(new[:, None], at_crash, self._frozen)
+        self._crashed |= new
+        held = np.where(self._crashed[:, None], self._frozen, state)
+        self._p, self._q = held[:, POS].copy(), held[:, QUAT].copy()
+        self._v, self._w = held[:, VEL].copy(), held[:, OMEGA].copy()
