@@ -1,0 +1,157 @@
+"""The learner node as a real process over the dds backend: persistence, SIGKILL and restart."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+from pathlib import Path
+
+from rosbags.highlevel import AnyReader
+from vnd_learner.records import key_of_cdr
+from vnd_ros.qos import qos_profile_status
+
+STATUS = "vnd_msgs/msg/LearnerStatus"
+
+
+def _seconds(stamp) -> float:
+    return stamp.sec + 1e-9 * stamp.nanosec
+
+
+def stored_keys(run_dir: Path) -> list[tuple[int, int]]:
+    """(stamp, tick) of every record in the replay store, read with rosbags' AnyReader."""
+    segments = sorted(p for p in (run_dir / "replay").iterdir() if (p / "metadata.yaml").exists())
+    with AnyReader(segments) as reader:
+        assert [c.msgtype for c in reader.connections] == ["vnd_msgs/msg/Transition"] * len(
+            segments
+        )
+        return [key_of_cdr(bytes(data)) for _, _, data in reader.messages()]
+
+
+def test_store_survives_sigkill_and_holds_every_tick_once(
+    tmp_path: Path, start_learner, replay_publisher, listen
+) -> None:
+    run_dir = tmp_path / "run"
+    params = {"run_dir": str(run_dir), "learn": "false", "segment_period_s": "1.0"}
+    status = listen(STATUS, "vnd/learner/status", qos_profile_status)
+    first = start_learner(**params)
+    replay_publisher.start()
+    first.wait_line("learner ready")
+    status.wait_for(lambda s: s.ticks_stored >= 150, timeout_s=30)
+    first.kill()  # mid-run: the open segment is left without metadata
+
+    second = start_learner(**params)
+    second.wait_line("recovered truncated segment")
+    second.wait_line("learner ready")
+    published_before_stop = len(replay_publisher.keys)
+    status.wait_for(lambda s: s.ticks_stored >= published_before_stop, timeout_s=20)
+    published = replay_publisher.stop()
+    final = status.wait_for(lambda s: s.ticks_stored == published, timeout_s=10)
+    assert final.ticks_stored == published
+    assert second.stop() == 0
+
+    keys = stored_keys(run_dir)
+    assert len(keys) == published, "every published tick stored exactly once"
+    assert sorted(keys) == sorted(replay_publisher.keys)
+
+
+def flight_records(make_bundle) -> object:
+    """400 tick records (8 s) of a small bundle flying hover_calm on the true plant."""
+    import torch
+    from vnd_core.learner import SimulatedFlight
+    from vnd_core.scenario import load_scenario
+
+    torch.set_num_threads(1)
+    return SimulatedFlight(load_scenario("hover_calm"), make_bundle(1), seed=0).fly(8.0).records
+
+
+def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receive(
+    tmp_path: Path,
+    start_learner,
+    replay_publisher,
+    listen,
+    make_bundle,
+    tiny_learner_json,
+    wait_gone,
+) -> None:
+    import hashlib
+    import json
+    import re
+    import time
+
+    from vnd_core.bundle import load_bundle, save_bundle
+    from vnd_ros.qos import qos_profile_model
+
+    base = save_bundle(make_bundle(1), tmp_path / "base.safetensors")
+    run_dir = tmp_path / "run"
+    params = {"run_dir": str(run_dir), "bundle": str(base), "learner_overrides": tiny_learner_json}
+    status = listen(STATUS, "vnd/learner/status", qos_profile_status)
+    first = start_learner(**params)
+    replay_publisher.publish_records(flight_records(make_bundle), time.time_ns())
+    worker_pid = int(re.search(r"worker pid (\d+)", first.wait_line("worker pid")).group(1))
+    status.wait_for(lambda s: s.state in (2, 3, 4), 60)  # fitting, training or validating
+    first.kill()  # SIGKILL mid-update: nothing is registered, the worker goes too
+    assert wait_gone(worker_pid, 10), "the worker outlived its node"
+    assert not list((run_dir / "bundles").glob("*.safetensors"))
+
+    seen = len(status.messages)
+    second = start_learner(**params)  # re-ingests the store and updates again
+    second.wait_line("learner ready")
+    published = status.wait_for(lambda s: s.latest_version == 2, 60, after=seen)
+    assert published.updates_accepted == 1 and published.ticks_stored == 400
+    # The node stays responsive while its worker trains: 1 Hz status without long gaps.
+    stamps = [_seconds(m.header.stamp) for m in status.messages[seen:]]
+    stamps = stamps[: stamps.index(_seconds(published.header.stamp)) + 1]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    print(f"status gaps during the update: max {max(gaps):.3f} s over {len(gaps)}")
+    assert max(gaps) < 2.0
+
+    late = listen("vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model)  # joins after
+    msg = late.wait_for(lambda m: m.version == 2, timeout_s=10)
+    assert msg.parent_version == 1 and hashlib.sha256(msg.payload).hexdigest() == msg.sha256
+    bundle = load_bundle(bytes(msg.payload))
+    assert bundle.version == 2 and bundle.model is not None
+    assert json.loads(msg.metadata_json)["version"] == 2
+
+    index = json.loads((run_dir / "bundles" / "index.json").read_text())["bundles"]
+    assert [(e["version"], e["file"]) for e in index] == [(2, "v0002.safetensors")]
+    assert index[0]["sha256"] == msg.sha256 and index[0]["published_wall_s"] is not None
+    assert (run_dir / "bundles" / "v0002.safetensors").read_bytes() == bytes(msg.payload)
+
+
+def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
+    tmp_path: Path, start_learner, listen, make_bundle, tiny_learner_json, wait_gone
+) -> None:
+    import re
+
+    from vnd_core.bundle import bundle_to_bytes, load_bundle
+    from vnd_core.learner_store.registry import BundleRegistry
+    from vnd_ros.qos import qos_profile_model
+
+    run_dir = tmp_path / "run"
+    registry = BundleRegistry(run_dir / "bundles")  # a previous run left v2 and v3
+    registry.open()
+    registry.add(bundle_to_bytes(make_bundle(2, 1)), metrics={}, decided_wall_s=1.0)
+    registry.add(bundle_to_bytes(make_bundle(3, 2)), metrics={}, decided_wall_s=2.0)
+    status = listen(STATUS, "vnd/learner/status", qos_profile_status)
+    model = listen("vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model)
+    params = {"run_dir": str(run_dir), "learner_overrides": tiny_learner_json}
+    learner = start_learner(**params)
+
+    start_line = learner.wait_line("starting from")
+    assert start_line.endswith("v0003.safetensors"), start_line
+    worker_pid = int(re.search(r"worker pid (\d+)", start_line).group(1))
+    os.kill(worker_pid, signal.SIGKILL)  # the worker dies: reported, then restarted
+    assert load_bundle(bytes(model.wait_for(lambda m: m.version == 3, 30).payload)).version == 3
+    crash = status.wait_for(lambda s: "exited with code -9" in s.message, 10)
+    assert crash.state == 5  # STATE_ERROR
+    seen = len(status.messages)
+    ready = status.wait_for(lambda s: re.match(r"worker pid \d+ learning", s.message), 40, seen)
+    new_pid = int(re.search(r"worker pid (\d+)", ready.message).group(1))
+    assert new_pid != worker_pid and ready.state == 1  # STATE_COLLECTING
+    assert ready.latest_version == 3
+    starts = [line for line in learner.lines if "starting from" in line]
+    assert len(starts) == 2 and starts[-1].endswith("v0003.safetensors")
+
+    learner.kill()  # SIGKILL of the node: its worker sees the pipe close and exits
+    assert wait_gone(new_pid, 10), "the worker outlived its node"

@@ -1,0 +1,358 @@
+"""Learner node: replay topic -> on-disk replay store -> worker process -> new model bundles.
+
+Subscribes ``vnd/replay`` (vnd_msgs/Transition, replay QoS: reliable, transient local,
+keep-last 3000 = 60 s at 50 Hz) and writes every new tick record, as its CDR bytes, to the
+replay store under ``<run_dir>/replay`` (rosbag2 MCAP segments) **before** counting it;
+records already stored (same odometry stamp and tick counter) are dropped. Stored ticks are
+forwarded to the continual learner running in a separate, niced worker process
+(``vnd_learner.worker``), which decides when to update and returns a bundle or a rejection.
+Every accepted bundle is saved to the registry ``<run_dir>/bundles`` (``v0001.safetensors`` +
+``index.json``) and published on ``vnd/model`` (ModelBundle, reliable + transient local, depth
+1). ``vnd/learner/status`` (LearnerStatus) goes out on every change and at 1 Hz.
+
+Restart: the store is reloaded (a segment truncated by SIGKILL is salvaged and says so in the
+log), the newest registry bundle is published again and the worker continues from it; the
+publisher's transient-local history re-delivers what the killed process had not made durable.
+A worker that dies is reported on the status topic and restarted (with back-off), and it
+re-ingests every stored tick.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vnd_core.bundle import read_metadata
+from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.flight.msgfields import set_stamp, stamp_ns
+from vnd_core.learner.records import TickRecords
+from vnd_core.learner_store.ipc import Frame
+from vnd_core.learner_store.registry import BundleRegistry, RegistryEntry, RegistryError
+from vnd_core.learner_store.replay_store import ReplayStore, ReplayStoreError, StoreTopic
+from vnd_ros.messages import get_message, message_definition, serialize, type_hash
+from vnd_ros.params import freeze_parameters, param
+from vnd_ros.qos import qos_profile_model, qos_profile_replay, qos_profile_status
+from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+
+from vnd_learner.records import TRANSITION_TYPE, TickBuffer, key_of_cdr, records_from_cdr, tick_key
+from vnd_learner.worker_client import WorkerClient, WorkerSpec
+
+MAX_RESTART_BACKOFF_S = 30.0  # longest wait between worker restarts [s]
+HISTORY_MAX_BATCHES = 256  # stored-tick batches kept before they are merged into one
+PRESETS = ("quick", "full")  # LearnerConfig presets the worker knows
+# LearnerStatus.STATE_* (vnd_msgs/msg/LearnerStatus.msg)
+STATE_IDLE = 0
+STATE_COLLECTING = 1
+STATE_FITTING = 2
+STATE_TRAINING = 3
+STATE_VALIDATING = 4
+STATE_ERROR = 5
+_STAGE_TIMES = ("fit", "train", "validate", "total")  # timings of an update result [s]
+_STAGE_STATES = (("fit", STATE_FITTING), ("train", STATE_TRAINING), ("valid", STATE_VALIDATING))
+
+
+@dataclass(frozen=True)
+class LearnerNodeConfig:
+    """Parameters of the learner node."""
+
+    run_dir: str = param("vnd_data", "replay store and bundle registry root (relative = cwd)")
+    vehicle: str = param("agile", "vehicle name (config/vehicles/<name>.yaml) or a YAML path")
+    bundle: str = param("", "bundle to start from when the registry is empty; '' = shipped base")
+    learn: bool = param(True, "run the learner worker (false: only keep the replay store)")
+    preset: str = param("quick", "learner preset: quick | full")
+    update_interval_s: float = param(0.0, "shortest time between updates (s); 0 = the preset's")
+    learner_overrides: str = param("", "JSON object of LearnerConfig fields to replace")
+    segment_period_s: float = param(10.0, "close a replay segment after this long (s); << 60 s")
+    segment_max_ticks: int = param(1000, "close a replay segment after this many ticks")
+    forward_period_s: float = param(0.5, "period of forwarding ticks and polling the worker (s)")
+    status_period_s: float = param(1.0, "period of vnd/learner/status reports (s)")
+    worker_niceness: int = param(10, "nice increment of the worker process")
+    restart_backoff_s: float = param(1.0, "first wait before restarting a dead worker (s)")
+
+
+def learner_overrides(cfg: LearnerNodeConfig) -> dict[str, Any]:
+    """LearnerConfig overrides of the node parameters; ValueError naming a bad value."""
+    if cfg.preset not in PRESETS:
+        raise ValueError(f"parameter preset must be one of {PRESETS}, got {cfg.preset!r}")
+    try:
+        overrides = json.loads(cfg.learner_overrides) if cfg.learner_overrides.strip() else {}
+    except json.JSONDecodeError as err:
+        raise ValueError(f"parameter learner_overrides is not valid JSON: {err}") from err
+    if not isinstance(overrides, dict):
+        raise ValueError("parameter learner_overrides must be a JSON object")
+    if cfg.update_interval_s > 0:
+        overrides["min_interval_s"] = cfg.update_interval_s
+    return overrides
+
+
+class LearnerNode(Node):
+    """vnd/replay -> replay store -> worker -> vnd/model, vnd/learner/status."""
+
+    def __init__(self) -> None:
+        super().__init__("learner")
+        self.cfg = freeze_parameters(self, LearnerNodeConfig)
+        self.ModelBundle = get_message("vnd_msgs/msg/ModelBundle")
+        self.LearnerStatus = get_message("vnd_msgs/msg/LearnerStatus")
+        self.state, self.message = STATE_COLLECTING, "starting"
+        self.latest_version = 0
+        self.updates_accepted = self.updates_rejected = 0
+        self.last_update_duration_s = 0.0
+        self.duplicates = 0
+        self.store_failures = 0
+        self.shutting_down = False
+        self.overrides = learner_overrides(self.cfg)
+        root = Path(self.cfg.run_dir)
+        self.history = self._open_store(root / "replay")
+        self.registry = BundleRegistry(root / "bundles")
+        self._open_registry()
+        self.pending = TickBuffer()
+        self.model_pub = self.create_publisher(self.ModelBundle, "vnd/model", qos_profile_model)
+        self.status_pub = self.create_publisher(
+            self.LearnerStatus, "vnd/learner/status", qos_profile_status
+        )
+        self._republish_latest()
+        self.worker: WorkerClient | None = None
+        self.restart_at_s = 0.0
+        self.backoff_s = self.cfg.restart_backoff_s
+        if self.cfg.learn:
+            self._start_worker()
+        else:
+            self._set_state(STATE_COLLECTING, "learning disabled (learn:=false): recording only")
+        self.create_subscription(
+            get_message(TRANSITION_TYPE), "vnd/replay", self.on_replay, qos_profile_replay
+        )
+        self.create_timer(self.cfg.forward_period_s, self.on_forward)
+        self.create_timer(self.cfg.status_period_s, self.publish_status)
+        self.get_logger().info(
+            f"learner ready: {self.store.count} ticks stored in {self.store.root}, registry "
+            f"{self.registry.root} (latest version {self.latest_version or 'none'})"
+        )
+
+    # ------------------------------------------------------------------ start-up
+    def _open_store(self, path: Path) -> list[TickRecords]:
+        """Open the replay store; the stored ticks as one batch (kept for worker restarts)."""
+        topic_name = self.resolve_topic_name("vnd/replay")
+        msgdef, _encoding = message_definition(TRANSITION_TYPE)
+        topic = StoreTopic(topic_name, TRANSITION_TYPE, msgdef, type_hash(TRANSITION_TYPE))
+        self.store = ReplayStore(
+            path,
+            topic,
+            key_of_cdr,
+            segment_period_s=self.cfg.segment_period_s,
+            segment_max_messages=self.cfg.segment_max_ticks,
+        )
+        messages, report = self.store.open()
+        log = self.get_logger()
+        log.info(f"replay store {path}: {report.describe()}")
+        if report.salvaged:
+            log.warning(
+                f"replay store {path}: recovered truncated segment(s) "
+                f"{', '.join(report.salvaged)} left by an unclean exit"
+            )
+        return [records_from_cdr([m.data for m in messages])]
+
+    def _open_registry(self) -> None:
+        for note in self.registry.open():
+            self.get_logger().warning(f"bundle registry {self.registry.root}: {note}")
+
+    def _latest_entry(self) -> tuple[RegistryEntry, bytes] | None:
+        """Newest registry bundle whose file matches the index (older ones as fallback)."""
+        for entry in reversed(self.registry.entries):
+            try:
+                return entry, self.registry.read_payload(entry)
+            except RegistryError as err:
+                self.get_logger().error(f"skipping registry bundle v{entry.version}: {err}")
+        return None
+
+    def _republish_latest(self) -> None:
+        """After a restart: the newest learned bundle goes out again for late joiners."""
+        latest = self._latest_entry()
+        if latest is not None:
+            entry, payload = latest
+            self._publish_bundle(payload, entry.version, entry.parent_version, entry.sha256)
+            self.get_logger().info(f"resuming from registry bundle v{entry.version}")
+
+    def _active_bundle_path(self) -> Path:
+        latest = self._latest_entry()
+        if latest is not None:
+            return self.registry.path_of(latest[0])
+        return Path(self.cfg.bundle) if self.cfg.bundle else shipped_bundle_path()
+
+    # ------------------------------------------------------------------ replay records
+    def on_replay(self, msg: Any) -> None:
+        """Persist a new tick record, then count it and queue it for the worker."""
+        key = tick_key(msg)
+        if self.store.contains(key):
+            self.duplicates += 1  # the transient-local backlog re-delivered after a restart
+            self.get_logger().info(
+                f"{self.duplicates} already stored ticks dropped so far",
+                throttle_duration_sec=10.0,
+            )
+            return
+        try:
+            self.store.append(stamp_ns(msg.header.stamp), serialize(msg), key)
+        except (ReplayStoreError, OSError) as err:
+            self.store_failures += 1
+            self.get_logger().error(
+                f"replay store write failed ({self.store_failures} ticks lost so far): {err}",
+                throttle_duration_sec=5.0,
+            )
+            self._set_state(STATE_ERROR, f"replay store write failed: {err}")
+            return
+        self.pending.add(msg)
+
+    def on_forward(self) -> None:
+        """Rotate the store segment, forward new ticks, handle worker frames and restarts."""
+        self.store.rotate_if_due()
+        batch = self.pending.take()
+        if len(batch):
+            self.history.append(batch)
+            if len(self.history) > HISTORY_MAX_BATCHES:  # keep few large arrays, not many small
+                self.history = [TickRecords.concat(self.history)]
+            if self.worker is not None:
+                self.worker.send_ticks(batch)
+        if self.worker is None:
+            return
+        for frame in self.worker.poll():
+            self._on_frame(frame)
+        restart_due = time.monotonic() >= self.restart_at_s
+        if not self.worker.running and not self.shutting_down and restart_due:
+            self._start_worker()
+
+    # ------------------------------------------------------------------ worker
+    def _start_worker(self) -> None:
+        path = self._active_bundle_path()
+        if not path.is_file():
+            self.worker = None
+            self._set_state(STATE_ERROR, f"no bundle to learn from: {path} does not exist")
+            self.get_logger().error(self.message)
+            return
+        spec = WorkerSpec(
+            self.cfg.vehicle, str(path), self.cfg.preset, self.overrides, self.cfg.worker_niceness
+        )
+        if self.worker is None:
+            self.worker = WorkerClient(spec)
+        self.worker.spec = spec
+        self.worker.start()
+        self.worker.send_ticks(TickRecords.concat(self.history))
+        self._set_state(STATE_COLLECTING, f"worker pid {self.worker.pid} starting from {path}")
+        self.get_logger().info(self.message)
+
+    def _on_frame(self, frame: Frame) -> None:
+        meta = frame.meta
+        if frame.kind == "ready":
+            self.backoff_s = self.cfg.restart_backoff_s
+            self._set_state(STATE_COLLECTING, f"worker pid {meta.get('pid')} learning")
+        elif frame.kind == "progress":
+            stage = str(meta.get("stage", ""))
+            state = next((s for word, s in _STAGE_STATES if word in stage.lower()), self.state)
+            percent = 100.0 * float(meta.get("fraction", 0.0))
+            self._set_state(state, f"updating: {stage} ({percent:.0f}% of the cycle)")
+        elif frame.kind == "result":
+            self._on_result(frame)
+        elif frame.kind == "error":
+            self._set_state(STATE_ERROR, f"worker: {meta.get('message', '')}")
+            self.get_logger().error(self.message)
+        elif frame.kind == "exited" and not self.shutting_down:
+            self._on_worker_exit(int(meta.get("returncode", -1)), str(meta.get("note", "")))
+
+    def _on_worker_exit(self, returncode: int, note: str) -> None:
+        self.restart_at_s = time.monotonic() + self.backoff_s
+        detail = f"worker exited with code {returncode}{'; ' + note if note else ''}"
+        self._set_state(STATE_ERROR, f"{detail}; restarting in {self.backoff_s:.1f} s")
+        self.get_logger().error(self.message)
+        self.backoff_s = min(2.0 * self.backoff_s, MAX_RESTART_BACKOFF_S)
+
+    def _on_result(self, frame: Frame) -> None:
+        meta = frame.meta
+        self.last_update_duration_s = float(meta.get("total_s") or 0.0)
+        payload = frame.blobs.get("bundle")
+        if not meta.get("accepted") or payload is None:
+            self.updates_rejected += 1
+            self._set_state(STATE_COLLECTING, f"update rejected: {meta.get('reason', '')}")
+            self.get_logger().warning(self.message)
+            return
+        metrics = dict(meta.get("metrics") or {})
+        metrics.setdefault("timing_s", {k: meta.get(f"{k}_s") for k in _STAGE_TIMES})
+        try:
+            entry = self.registry.add(
+                payload, metrics=metrics, decided_wall_s=float(meta["decided_wall_s"])
+            )
+        except RegistryError as err:
+            self.updates_rejected += 1
+            self._set_state(STATE_ERROR, f"accepted bundle not registered: {err}")
+            self.get_logger().error(self.message)
+            return
+        self.updates_accepted += 1
+        self._publish_bundle(payload, entry.version, entry.parent_version, entry.sha256)
+        self._set_state(
+            STATE_COLLECTING,
+            f"published v{entry.version} (update took {self.last_update_duration_s:.1f} s)",
+        )
+        self.get_logger().info(self.message)
+
+    # ------------------------------------------------------------------ outputs
+    def _publish_bundle(self, payload: bytes, version: int, parent: int, sha256: str) -> None:
+        msg = self.ModelBundle(
+            version=version,
+            parent_version=parent,
+            sha256=sha256 or hashlib.sha256(payload).hexdigest(),
+            metadata_json=json.dumps(read_metadata(payload), sort_keys=True),
+            payload=payload,
+        )
+        set_stamp(msg.header.stamp, self.get_clock().now().nanoseconds)
+        self.model_pub.publish(msg)
+        self.latest_version = max(self.latest_version, version)
+        try:
+            self.registry.mark_published(version)
+        except RegistryError as err:
+            self.get_logger().error(f"publication of v{version} not recorded: {err}")
+
+    def _set_state(self, state: int, message: str) -> None:
+        changed = (state, message) != (self.state, self.message)
+        self.state, self.message = state, message
+        if changed and hasattr(self, "status_pub"):
+            self.publish_status()
+
+    def publish_status(self) -> None:
+        """vnd/learner/status: state, ticks stored, versions, update counters."""
+        status = self.LearnerStatus(
+            state=self.state,
+            ticks_stored=self.store.count,
+            latest_version=self.latest_version,
+            updates_accepted=self.updates_accepted,
+            updates_rejected=self.updates_rejected,
+            last_update_duration_s=self.last_update_duration_s,
+            message=self.message,
+        )
+        set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
+        self.status_pub.publish(status)
+
+    def close(self) -> None:
+        """Make the open store segment durable and stop the worker."""
+        self.shutting_down = True
+        self.store.close()
+        if self.worker is not None:
+            self.worker.stop()
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the learner node until Ctrl-C or SIGTERM."""
+    init(args=args)
+    node = LearnerNode()
+    try:
+        spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.close()
+        node.destroy_node()
+        try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""The learner worker process: runs the continual learner away from the node's callbacks.
+
+Started by :class:`vnd_learner.worker_client.WorkerClient` as ``python -m vnd_learner.worker``
+with the vehicle, the active bundle file and the learner preset. It lowers its priority
+(``os.nice``), runs torch on one thread, and talks to the node over its stdin/stdout with the
+frames of :mod:`vnd_core.learner_store.ipc` (JSON header + numpy buffers, bundles as
+safetensors bytes; never pickle). Stray prints cannot corrupt the frame stream: file
+descriptor 1 is pointed at stderr once the frame channel has its own copy.
+
+Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
+(stage of an update and its fraction of the cycle), ``result`` (accepted or rejected, timings,
+metrics, the bundle bytes when accepted), ``error`` (fatal, then the process exits non-zero).
+A closed stdin means the node is gone: the worker exits at once, even mid-update (it keeps no state
+the node's replay store and registry do not hold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import queue
+import sys
+import threading
+import time
+import traceback
+from typing import Any, BinaryIO
+
+from vnd_core.learner_store.ipc import Frame, FrameError, read_frame, write_frame
+
+EXIT_ERROR = 2  # the learner could not start or failed repeatedly
+EXIT_PROTOCOL = 3  # the node sent something that is not a frame
+MAX_CONSECUTIVE_FAILURES = 3  # update() exceptions in a row before the worker gives up
+PROGRESS_PERIOD_S = 1.0  # shortest interval between progress frames of one stage [s]
+POLL_S = 0.2  # longest wait for a frame between should_update() checks [s]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Command line of the worker (set by WorkerClient)."""
+    parser = argparse.ArgumentParser(prog="vnd_learner.worker", description=__doc__)
+    parser.add_argument("--vehicle", required=True, help="vehicle name or YAML path")
+    parser.add_argument("--bundle", required=True, help="active bundle file to learn from")
+    parser.add_argument("--preset", default="quick", help="LearnerConfig preset (quick|full)")
+    parser.add_argument(
+        "--overrides", default="{}", help="JSON object of LearnerConfig fields to replace"
+    )
+    parser.add_argument("--nice", type=int, default=10, help="niceness increment")
+    return parser.parse_args(argv)
+
+
+class Channel:
+    """The frame stream to the node (main thread only)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._stream = stream
+
+    def send(self, kind: str, **parts: Any) -> None:
+        """Write one frame; a node that is gone ends the process quietly."""
+        try:
+            write_frame(self._stream, kind, **parts)
+        except (BrokenPipeError, OSError):
+            os._exit(0)
+
+
+def _read_inbox(stream: BinaryIO, inbox: queue.Queue) -> None:
+    """Reader thread: frames from the node into ``inbox``; exit the process when it is gone."""
+    try:
+        while True:
+            frame = read_frame(stream)
+            if frame is None:
+                os._exit(0)  # the node closed the pipe (stopped or killed)
+            inbox.put(frame)
+    except FrameError as err:
+        print(f"learner worker: bad frame from the node: {err}", file=sys.stderr, flush=True)
+        os._exit(EXIT_PROTOCOL)
+
+
+def _finite_json(value: Any) -> Any:
+    """``value`` with non-finite floats as None and numpy scalars as Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_json(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    return str(value)
+
+
+def build_learner(args: argparse.Namespace) -> Any:
+    """The ContinualLearner for the command line (imports torch)."""
+    import torch
+    from vnd_core.bundle import load_bundle
+    from vnd_core.learner import ContinualLearner, LearnerConfig
+    from vnd_core.vehicle import load_vehicle
+
+    torch.set_num_threads(1)
+    presets = {"quick": LearnerConfig.quick, "full": LearnerConfig.full}
+    if args.preset not in presets:
+        raise ValueError(f"unknown learner preset '{args.preset}' (use quick or full)")
+    overrides = json.loads(args.overrides)
+    if not isinstance(overrides, dict):
+        raise ValueError("--overrides must be a JSON object")
+    config = apply_overrides(presets[args.preset](), overrides, "LearnerConfig")
+    return ContinualLearner(load_vehicle(args.vehicle), config, load_bundle(args.bundle))
+
+
+def apply_overrides(config: Any, overrides: dict[str, Any], where: str) -> Any:
+    """``config`` (a dataclass) with ``overrides`` replaced; a dict value for a nested dataclass
+    field overrides inside it. ValueError names an unknown field."""
+    known = {f.name: f for f in dataclasses.fields(config)}
+    changes = {}
+    for name, value in overrides.items():
+        if name not in known:
+            raise ValueError(f"{where} has no field '{name}' (fields: {sorted(known)})")
+        current = getattr(config, name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            value = apply_overrides(current, value, f"{where}.{name}")
+        changes[name] = value
+    return dataclasses.replace(config, **changes)
+
+
+def _result_frame(result: Any, bundle_bytes: bytes | None) -> dict[str, Any]:
+    bundle = getattr(result, "bundle", None)
+    meta = {
+        "accepted": bool(result.accepted),
+        "reason": str(getattr(result, "reason", "")),
+        "version": int(bundle.version) if bundle is not None else 0,
+        "parent_version": int(bundle.parent_version) if bundle is not None else 0,
+        "decided_wall_s": time.time(),
+        "metrics": _finite_json(getattr(result, "metrics", {}) or {}),
+    }
+    for name in ("fit_s", "train_s", "validate_s", "total_s"):
+        meta[name] = _finite_json(float(getattr(result, name, 0.0) or 0.0))
+    blobs = {"bundle": bundle_bytes} if bundle_bytes is not None else {}
+    return {"meta": meta, "blobs": blobs}
+
+
+def run_update(learner: Any, channel: Channel) -> None:
+    """One update() with progress frames, then the result frame."""
+    from vnd_core.bundle import bundle_to_bytes
+
+    last = {"stage": "", "sent_s": 0.0}
+
+    def progress(stage: str, fraction: float) -> None:
+        # Stage changes always go out; within a stage at most one frame per PROGRESS_PERIOD_S.
+        now_s = time.monotonic()
+        if stage == last["stage"] and now_s - last["sent_s"] < PROGRESS_PERIOD_S:
+            return
+        last.update(stage=stage, sent_s=now_s)
+        channel.send("progress", meta={"stage": stage, "fraction": round(float(fraction), 3)})
+
+    result = learner.update(progress=progress)
+    accepted = bool(result.accepted) and result.bundle is not None
+    bundle_bytes = bundle_to_bytes(result.bundle) if accepted else None
+    channel.send("result", **_result_frame(result, bundle_bytes))
+
+
+def serve(learner: Any, channel: Channel, inbox: queue.Queue) -> int:
+    """Main loop: ingest tick batches, update when the learner says so; returns an exit code."""
+    from vnd_core.learner.records import TickRecords
+
+    failures = 0
+    while True:
+        frames: list[Frame] = []
+        try:
+            frames.append(inbox.get(timeout=POLL_S))
+            while True:
+                frames.append(inbox.get_nowait())
+        except queue.Empty:
+            pass
+        for frame in frames:
+            if frame.kind == "stop":
+                return 0
+            if frame.kind == "ticks":
+                learner.ingest(TickRecords.from_arrays(frame.arrays))
+        if not learner.should_update(time.monotonic()):
+            continue
+        try:
+            run_update(learner, channel)
+            failures = 0
+        except Exception as err:  # a failed update is reported; repeated failures end the worker
+            failures += 1
+            traceback.print_exc()
+            channel.send(
+                "result",
+                meta={"accepted": False, "reason": f"update raised {type(err).__name__}: {err}"},
+            )
+            if failures >= MAX_CONSECUTIVE_FAILURES:
+                return EXIT_ERROR
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point; the exit code tells the node why it ended."""
+    args = parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.nice(args.nice)
+    channel = Channel(os.fdopen(os.dup(sys.stdout.fileno()), "wb"))
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints now land on stderr
+    inbox: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=_read_inbox, args=(sys.stdin.buffer, inbox), name="vnd-worker-inbox", daemon=True
+    ).start()
+    try:
+        learner = build_learner(args)
+    except Exception as err:  # reported to the node, which says so on LearnerStatus
+        traceback.print_exc()
+        channel.send("error", meta={"message": f"learner failed to start: {err}"})
+        return EXIT_ERROR
+    channel.send("ready", meta={"pid": os.getpid(), "bundle": args.bundle})
+    return serve(learner, channel, inbox)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
