@@ -1,0 +1,142 @@
+"""BundleRuntime: start-up load, operator requests, learner pushes and every refusal reason."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+import torch
+from vnd_core.bundle import Bundle, BundleError, bundle_to_bytes, save_bundle
+from vnd_core.flight.bundle_runtime import (
+    ACTION_ACTIVATE,
+    ACTION_LIST,
+    ACTION_LOAD,
+    ACTION_PIN,
+    ACTION_ROLLBACK,
+    ACTION_UNPIN,
+    BundleRuntime,
+    encoder_smoke_test,
+    encoder_validator,
+    policy_validator,
+)
+from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd import VNDModel, VNDModelConfig
+
+SMALL_POLICY = PolicyConfig(hidden=(16, 16))
+SMALL_MODEL = VNDModelConfig(
+    context_len=4, encoder_hidden=8, residual_hidden=(16,), decoder_hidden=(16,)
+)
+
+
+def make_bundle(version: int, vehicle_name: str = "agile", latent_dim: int = 8) -> Bundle:
+    torch.manual_seed(version)
+    vehicle = load_vehicle(vehicle_name)
+    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16), latent_dim=latent_dim))
+    model = VNDModel(vehicle, SMALL_MODEL)
+    return Bundle(version, version - 1, policy, vehicle, model=model)
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("bundles")
+    out = {v: save_bundle(make_bundle(v), root / f"v{v}.safetensors") for v in (1, 2)}
+    out["small"] = save_bundle(make_bundle(5, "small"), root / "small.safetensors")
+    out["latent"] = save_bundle(make_bundle(6, latent_dim=4), root / "latent.safetensors")
+    data = out[2].read_bytes()
+    (root / "truncated.safetensors").write_bytes(data[: len(data) // 2])
+    out["truncated"] = root / "truncated.safetensors"
+    return out
+
+
+@pytest.fixture
+def runtime():
+    rt = BundleRuntime("/vnd1/policy", policy_validator(load_vehicle("agile"), 50_000.0))
+    yield rt
+    rt.close()
+
+
+def wait_replies(rt: BundleRuntime, n: int = 1, timeout_s: float = 20.0) -> list:
+    replies: list = []
+    deadline = time.monotonic() + timeout_s
+    while len(replies) < n:
+        assert time.monotonic() < deadline, "no reply from the loader"
+        replies += rt.poll()
+        time.sleep(0.01)
+    return replies
+
+
+def test_startup_then_load_activate_rollback(runtime, paths):
+    reply = runtime.load_startup(paths[1])
+    assert reply.accepted and runtime.active_version == 1 and runtime.active.version == 1
+    assert runtime.request(ACTION_LOAD, "r1", str(paths[2])) is None  # answered by poll()
+    (loaded,) = wait_replies(runtime)
+    assert (loaded.request_id, loaded.accepted) == ("r1", True)
+    assert loaded.available_versions == [1, 2] and loaded.active_version == 1
+    activated = runtime.request(ACTION_ACTIVATE, "r2", version=2)
+    assert activated.accepted and activated.active_version == 2 and runtime.previous_version == 1
+    rolled = runtime.request(ACTION_ROLLBACK, "r3")
+    assert rolled.accepted and rolled.active_version == 1
+    missing = runtime.request(ACTION_ACTIVATE, "r4", version=7)
+    assert not missing.accepted and "not loaded" in missing.message
+    listed = runtime.request(ACTION_LIST, "r5")
+    assert listed.accepted and "active 1" in listed.message
+    assert listed.fields()["node"] == "/vnd1/policy"
+
+
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("truncated", "corrupted bundle tensors"),
+        ("small", "vehicle 'small'"),
+        ("latent", "latent size"),
+    ],
+)
+def test_bad_bundles_are_refused_with_a_reason(runtime, paths, key, reason):
+    runtime.load_startup(paths[1])
+    runtime.request(ACTION_LOAD, "bad", str(paths[key]))
+    (reply,) = wait_replies(runtime)
+    assert not reply.accepted and reason in reply.message, reply.message
+    assert runtime.active_version == 1 and runtime.rejections == 1
+
+
+def test_missing_file_and_bad_startup(runtime, paths, tmp_path):
+    with pytest.raises(BundleError, match="cannot read"):
+        runtime.load_startup(tmp_path / "nope.safetensors")
+    assert not runtime.request(ACTION_LOAD, "x", "").accepted
+
+
+def test_learner_bundles_pin_and_checks(runtime, paths):
+    runtime.load_startup(paths[1])
+    data = bundle_to_bytes(make_bundle(3))
+    sha = hashlib.sha256(data).hexdigest()
+    runtime.submit_learner(data, 3, sha)
+    (reply,) = wait_replies(runtime)
+    assert reply.accepted and reply.request_id == "model:3" and runtime.active_version == 3
+    assert runtime.request(ACTION_PIN, "p").pinned
+    runtime.submit_learner(bundle_to_bytes(make_bundle(4)), 4, "")
+    (refused,) = wait_replies(runtime)
+    assert not refused.accepted and "pinned" in refused.message and runtime.active_version == 3
+    assert not runtime.request(ACTION_UNPIN, "u").pinned
+    runtime.submit_learner(data, 9, sha)  # message version differs from the bundle's
+    runtime.submit_learner(data, 3, "0" * 64)  # transport hash differs
+    first, second = wait_replies(runtime, 2)
+    assert "bundle is version 3" in first.message and "sha256" in second.message
+
+
+def test_addressing(runtime):
+    assert runtime.addressed("") and runtime.addressed("/vnd1/policy")
+    assert runtime.addressed("policy") and not runtime.addressed("/vnd1/encoder")
+
+
+def test_encoder_checks(paths):
+    bundle = make_bundle(1)
+    assert encoder_smoke_test(bundle, budget_us=1e6)["median_us"] > 0
+    with pytest.raises(BundleError, match="budget"):
+        encoder_smoke_test(bundle, budget_us=1e-3)
+    rt = BundleRuntime("/vnd1/encoder", encoder_validator(1e6))
+    try:
+        assert rt.load_startup(paths[1]).active_version == 1
+    finally:
+        rt.close()

@@ -1,0 +1,133 @@
+"""PolicyController: latent gating by version, references, swaps and faults of one tick."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from vnd_core.bundle import Bundle
+from vnd_core.flight.controller import (
+    LATENT_INVALID,
+    LATENT_MISMATCH,
+    LATENT_STALE,
+    ExternalReference,
+    LatentSample,
+    PolicyController,
+    ReferenceRunner,
+)
+from vnd_core.flight.safety import Mode, SafetyConfig
+from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner
+from vnd_core.reference import ReferenceSpec
+from vnd_core.vehicle import load_vehicle
+
+PERIOD_NS = 20_000_000
+T0_NS = 1_000_000_000_000
+
+
+@pytest.fixture(scope="module")
+def vehicle():
+    return load_vehicle("agile")
+
+
+def bundle_of(vehicle, version: int) -> Bundle:
+    torch.manual_seed(version)
+    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16), out_gain=1.0)).eval()
+    return Bundle(version, 0, policy, vehicle)
+
+
+def hover_state(z_m: float = 1.0) -> np.ndarray:
+    state = np.zeros(13)
+    state[2], state[3] = z_m, 1.0
+    return state
+
+
+def controller(vehicle, **reference) -> PolicyController:
+    return PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(**reference))
+
+
+def test_reference_runner_matches_policy_runner(vehicle):
+    policy = bundle_of(vehicle, 1).policy
+    spec = ReferenceSpec(kind="figure8")
+    state = hover_state()
+    state[7:10] = (0.3, -0.2, 0.1)
+    z = np.linspace(-1, 1, 8).astype(np.float32)
+    ours, theirs = ReferenceRunner(policy, spec), PolicyRunner(policy, spec)
+    np.testing.assert_array_equal(ours.observe(state, 1.3, z), theirs.observe(state, 1.3, z))
+    # an external sample standing still at the hover point equals the hover reference
+    hover = PolicyRunner(policy, ReferenceSpec(kind="hover", center_m=(0.5, 0.0, 1.2)))
+    ours.external = ExternalReference(0, np.array([0.5, 0.0, 1.2]), np.zeros(3), np.zeros(3))
+    np.testing.assert_allclose(ours.observe(state, 7.0, z), hover.observe(state, 7.0, z))
+
+
+def test_external_reference_is_extrapolated(vehicle):
+    runner = ReferenceRunner(bundle_of(vehicle, 1).policy, ReferenceSpec())
+    runner.external = ExternalReference(0, np.zeros(3), np.array([1.0, 0, 0]), np.zeros(3))
+    runner.external_age_s = 0.5
+    ref = runner.reference_at(0.0)
+    assert ref[0, 0, 0] == pytest.approx(0.5)  # now: 0.5 s after the sample at 1 m/s
+    assert ref[0, -1, 0] == pytest.approx(0.5 + runner._offsets_s[-1])
+
+
+def test_latent_used_only_when_version_matches(vehicle):
+    ctl = controller(vehicle)
+    bundle = bundle_of(vehicle, 3)
+    z = np.full(8, 0.5, dtype=np.float32)
+    records = []
+    latents = [
+        LatentSample(T0_NS, 3, True, z),  # matching
+        LatentSample(T0_NS, 2, True, z),  # another version
+        LatentSample(T0_NS, 3, False, z),  # not valid
+        LatentSample(T0_NS - 10**9, 3, True, z),  # stale
+    ]
+    for k, latent in enumerate(latents):
+        now = T0_NS + k * PERIOD_NS
+        records.append(ctl.tick(now, hover_state(), now, bundle, latent))
+    assert records[0].z_valid and np.array_equal(records[0].z, z)
+    for record in records[1:]:
+        assert not record.z_valid and not record.z.any()
+    assert [r.encoder_version for r in records] == [3, 2, 3, 3]
+    counts = ctl.counters.totals
+    assert counts[LATENT_MISMATCH] == counts[LATENT_INVALID] == counts[LATENT_STALE] == 1
+    # the latent changes the action: z is really part of the observation
+    again = controller(vehicle).tick(T0_NS, hover_state(), T0_NS, bundle, None)
+    assert not np.allclose(again.action, records[0].action)
+
+
+def test_tick_record_and_policy_mode(vehicle):
+    ctl = controller(vehicle, kind="circle")
+    bundle = bundle_of(vehicle, 1)
+    for k in range(3):
+        now = T0_NS + k * PERIOD_NS
+        record = ctl.tick(now, hover_state(), now, bundle, None)
+    assert record.mode == Mode.POLICY and record.policy_version == 1
+    assert record.reference.shape == (9,) and record.reference[0] != 0.0  # circle: x = radius
+    assert np.isfinite(record.action).all() and record.z.shape == (8,)
+
+
+def test_nan_action_and_stale_odometry_fall_back(vehicle):
+    ctl = controller(vehicle)
+    bundle = bundle_of(vehicle, 1)
+    state = hover_state()
+    ctl.tick(T0_NS, state, T0_NS, bundle, None)
+    broken = bundle_of(vehicle, 5)
+    with torch.no_grad():
+        broken.policy.net[-1].bias.fill_(float("nan"))
+    ctl_nan = ctl.tick(T0_NS + PERIOD_NS, state, T0_NS + PERIOD_NS, broken, None)
+    assert ctl_nan.mode == Mode.FALLBACK_HOLD and np.isfinite(ctl_nan.action).all()
+    assert "action_non_finite" in ctl_nan.reasons
+    fresh = controller(vehicle)
+    good = bundle_of(vehicle, 2)
+    fresh.tick(T0_NS, state, T0_NS, good, None)
+    stale = fresh.tick(T0_NS + 6 * PERIOD_NS, state, T0_NS, good, None)  # 120 ms old
+    assert stale.mode == Mode.FALLBACK_HOLD and "odom_stale" in stale.reasons
+
+
+def test_swap_keeps_previous_actions(vehicle):
+    ctl = controller(vehicle)
+    first, second = bundle_of(vehicle, 1), bundle_of(vehicle, 2)
+    ctl.tick(T0_NS, hover_state(), T0_NS, first, None)
+    before = [a.copy() for a in ctl._runner.prev_actions]
+    record = ctl.tick(T0_NS + PERIOD_NS, hover_state(), T0_NS + PERIOD_NS, second, None)
+    assert record.policy_version == 2
+    np.testing.assert_array_equal(ctl._runner.prev_actions[1], before[0])
+    np.testing.assert_array_equal(ctl._runner.prev_actions[0], record.action)

@@ -1,0 +1,265 @@
+"""One control tick of the policy node, without middleware: state + reference + latent ->
+policy -> safety filter -> command and the tick record the learner stores.
+
+:class:`PolicyController` is called by the node once per tick with the latest odometry, the
+active bundle (swapped between ticks by the node) and the latest latent. It
+
+- uses z only when the latent's encoder version equals the policy's bundle version, it is
+  valid, fresh and of the right size; otherwise the prior mean z = 0 and a counted reason;
+- follows the parameter reference (hover / figure-eight / circle, time measured from the
+  first odometry stamp) or, when one was given, an external reference sample extrapolated
+  with its velocity and acceleration;
+- always runs the policy when a state is known (the safety filter needs its action to decide
+  on recovery), then the safety filter, and feeds the *applied* command back as the policy's
+  previous action, so a fallback episode does not leave the policy a stale history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import transforms3d
+
+from vnd_core.bundle import Bundle
+from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter
+from vnd_core.flight.stats import NS_PER_S, ReasonCounter
+from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
+from vnd_core.reference import ReferenceSpec
+from vnd_core.state import OMEGA, POS, QUAT, VEL
+from vnd_core.vehicle import VehicleParams
+
+# Reasons counted in PolicyController.counters (besides the safety filter's own).
+LATENT_MISSING = "latent_missing"  # no latent received yet
+LATENT_MISMATCH = "latent_mismatch"  # latent from another bundle version: ignored, z = 0
+LATENT_INVALID = "latent_invalid"  # the encoder said its context is not full / broken
+LATENT_STALE = "latent_stale"  # the newest latent is older than latent_max_age_s
+LATENT_SIZE = "latent_size_mismatch"  # latent length differs from the policy's latent size
+POLICY_ERROR = "policy_error"  # the policy raised: the tick goes on without its action
+NO_BUNDLE = "no_bundle"  # no active bundle: the safety filter gets no action
+
+
+@dataclass(frozen=True)
+class LatentSample:
+    """The newest ``vnd_msgs/Latent``."""
+
+    received_ns: int  # arrival time on the node clock (freshness check)
+    encoder_version: int  # bundle version of the encoder that produced z
+    valid: bool  # the encoder's context was full
+    z: np.ndarray  # (nz,) float32
+
+
+@dataclass(frozen=True)
+class ExternalReference:
+    """One ``vnd_msgs/Reference`` sample (ENU world)."""
+
+    stamp_ns: int  # time the sample applies to
+    position_m: np.ndarray  # (3,)
+    velocity_mps: np.ndarray  # (3,)
+    acceleration_mps2: np.ndarray  # (3,)
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """Everything one tick produced: the command and the fields of the Transition record."""
+
+    action: np.ndarray  # (4,) applied command: thrust N, body rates rad/s FLU
+    mode: Mode  # controller mode
+    reasons: tuple[str, ...]  # safety faults and limits of this tick
+    state: np.ndarray  # (13,) state the tick used
+    reference: np.ndarray  # (9,) reference position m, velocity m/s, acceleration m/s^2 (now)
+    z: np.ndarray  # (nz,) float32 latent the policy saw (zeros = prior mean)
+    z_valid: bool  # z came from a matching, valid, fresh latent
+    policy_version: int  # bundle version of the policy (0 = none)
+    encoder_version: int  # version of the newest latent's encoder (0 = none received)
+
+
+class ReferenceRunner(PolicyRunner):
+    """:class:`PolicyRunner` whose reference can be replaced by an external sample.
+
+    ``observe`` builds the blocks of ``PolicyRunner.observe`` from :meth:`reference_at`: the
+    parameter reference, or an external sample (``external``, taken ``external_age_s`` before
+    the current state) extrapolated at constant acceleration; it keeps the reference it used
+    so the tick record needs no second evaluation. Tests check it equals
+    ``PolicyRunner.observe`` for a parameter reference and for an external hover sample.
+    """
+
+    def __init__(self, policy: PolicyNet, reference: ReferenceSpec) -> None:
+        super().__init__(policy, reference)
+        self.external: ExternalReference | None = None
+        self.external_age_s = 0.0  # state stamp minus the external sample's stamp [s]
+        self.last_reference: np.ndarray | None = None  # reference of the last observe()
+
+    def reference_at(self, t_s: float) -> np.ndarray:
+        """Reference (3, 1 + L, 3): position, velocity, acceleration now and at each
+        look-ahead time, for reference time ``t_s``."""
+        ext = self.external
+        if ext is None:
+            return reference_numpy(self.reference, t_s + self._offsets_s)
+        dt = (self.external_age_s + self._offsets_s)[:, None]  # (1 + L, 1)
+        out = np.empty((3, dt.shape[0], 3))
+        out[0] = ext.position_m + ext.velocity_mps * dt + 0.5 * ext.acceleration_mps2 * dt**2
+        out[1] = ext.velocity_mps + ext.acceleration_mps2 * dt
+        out[2] = ext.acceleration_mps2
+        return out
+
+    def observe(self, state: np.ndarray, t_s: float, z: np.ndarray | None = None) -> np.ndarray:
+        """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``;
+        the reference used is kept in ``last_reference`` (3, 1 + L, 3)."""
+        ref = self.last_reference = self.reference_at(t_s)
+        p = state[POS]
+        rot = transforms3d.quaternions.quat2mat(state[QUAT] / np.linalg.norm(state[QUAT]))
+        parts = [
+            p - ref[0, 0],
+            state[VEL] - ref[1, 0],
+            (ref[0, 1:] - p).ravel(),
+            ref[2, 0],
+            rot[:, 0],
+            rot[:, 1],
+            state[OMEGA],
+            *[(a - self._a_offset) / self._a_scale for a in self.prev_actions],
+            np.zeros(self.policy.latent_dim) if z is None else z,
+        ]
+        return np.concatenate(parts)
+
+    def remember(self, applied: np.ndarray, acted: bool) -> None:
+        """Record the command actually sent as the newest previous action: it replaces the
+        policy's own output when ``acted`` (``act`` already recorded one), else it is added."""
+        if not self.prev_actions:
+            return
+        applied = np.array(applied, dtype=float)
+        if acted:
+            self.prev_actions[0] = applied
+        else:
+            self.prev_actions = [applied, *self.prev_actions[:-1]]
+
+
+class PolicyController:
+    """Per-tick policy step with the safety filter (see the module docstring).
+
+    Args:
+        safety: the safety filter (owns the mode machine and the fallback controller).
+        reference: parameter reference, used while no external reference is set.
+        latent_max_age_s: a latent older than this (arrival time) is not used.
+    """
+
+    def __init__(
+        self, safety: SafetyFilter, reference: ReferenceSpec, latent_max_age_s: float = 0.1
+    ) -> None:
+        reference.validate()
+        self.safety = safety
+        self.reference = reference
+        self.counters = ReasonCounter()
+        self._latent_max_age_ns = round(latent_max_age_s * NS_PER_S)
+        self._runner: ReferenceRunner | None = None
+        self._bundle: Bundle | None = None
+        self._external: ExternalReference | None = None
+        self._t0_ns: int | None = None  # first odometry stamp: reference time zero
+
+    @classmethod
+    def create(
+        cls,
+        vehicle: VehicleParams,
+        config: SafetyConfig,
+        reference: ReferenceSpec,
+        latent_max_age_s: float = 0.1,
+    ) -> PolicyController:
+        """A controller with a fresh SafetyFilter for ``vehicle``."""
+        return cls(SafetyFilter(vehicle, config), reference, latent_max_age_s)
+
+    @property
+    def mode(self) -> Mode:
+        """Current controller mode."""
+        return self.safety.mode
+
+    def set_external_reference(self, reference: ExternalReference | None) -> None:
+        """Follow ``reference`` from now on (None: back to the parameter reference)."""
+        self._external = reference
+
+    def tick(
+        self,
+        now_ns: int,
+        state: np.ndarray,
+        stamp_ns: int,
+        bundle: Bundle | None,
+        latent: LatentSample | None,
+    ) -> TickRecord:
+        """One control tick at ``now_ns`` with the latest odometry ``state`` (13,) stamped
+        ``stamp_ns``, the active ``bundle`` and the newest ``latent``."""
+        if self._t0_ns is None:
+            self._t0_ns = stamp_ns
+        runner = self._runner_for(bundle)
+        version = bundle.version if bundle is not None else 0
+        nz = bundle.policy.latent_dim if bundle is not None else 0
+        z, z_valid = self._latent_for(now_ns, latent, version, nz)
+        t_s = (stamp_ns - self._t0_ns) / NS_PER_S
+        action, ref = None, None
+        if runner is not None:
+            runner.external = self._external
+            if self._external is not None:
+                runner.external_age_s = (stamp_ns - self._external.stamp_ns) / NS_PER_S
+            runner.last_reference = None
+            try:
+                action = runner.act(state, t_s, z)
+            except Exception:  # a broken policy must not stop the tick: the filter takes over
+                self.counters.count(POLICY_ERROR)
+            ref = runner.last_reference
+        else:
+            self.counters.count(NO_BUNDLE)
+        if ref is None:
+            ref = reference_numpy(self.reference, np.full(1, t_s))
+        out = self.safety.step(now_ns, state, stamp_ns, action)
+        if runner is not None:
+            runner.remember(out.action, acted=action is not None)
+        return TickRecord(
+            action=out.action,
+            mode=out.mode,
+            reasons=out.reasons,
+            state=np.asarray(state, dtype=float),
+            reference=ref[:, 0, :].reshape(9),
+            z=z,
+            z_valid=z_valid,
+            policy_version=version,
+            encoder_version=latent.encoder_version if latent is not None else 0,
+        )
+
+    def all_counters(self) -> dict[str, int]:
+        """Controller and safety-filter counters by reason."""
+        return {**self.safety.counters.totals, **self.counters.totals}
+
+    # ------------------------------------------------------------------ internals
+    def _runner_for(self, bundle: Bundle | None) -> ReferenceRunner | None:
+        """The runner of ``bundle``, rebuilt on a swap with the previous actions carried over."""
+        if bundle is self._bundle:
+            return self._runner
+        old = self._runner
+        self._bundle = bundle
+        self._runner = None if bundle is None else ReferenceRunner(bundle.policy, self.reference)
+        if self._runner is not None and old is not None:
+            n = len(self._runner.prev_actions)
+            carried = old.prev_actions[:n]
+            self._runner.prev_actions = carried + self._runner.prev_actions[len(carried) :]
+        return self._runner
+
+    def _latent_for(
+        self, now_ns: int, latent: LatentSample | None, version: int, nz: int
+    ) -> tuple[np.ndarray, bool]:
+        """(z (nz,) float32, used): the latent when it may be used, else zeros and a reason."""
+        zeros = np.zeros(nz, dtype=np.float32)
+        if nz == 0:
+            return zeros, False
+        reason = None
+        if latent is None:
+            reason = LATENT_MISSING
+        elif latent.encoder_version != version:
+            reason = LATENT_MISMATCH
+        elif not latent.valid:
+            reason = LATENT_INVALID
+        elif now_ns - latent.received_ns > self._latent_max_age_ns:
+            reason = LATENT_STALE
+        elif latent.z.shape != (nz,) or not np.isfinite(latent.z).all():
+            reason = LATENT_SIZE
+        if reason is not None:
+            self.counters.count(reason)
+            return zeros, False
+        return latent.z.astype(np.float32, copy=False), True

@@ -1,0 +1,234 @@
+"""Encoder node: (state, action) context -> latent z of the active bundle's VND encoder.
+
+Event-driven: every ``vnd/command`` names (by its header stamp) the odometry it answers; the
+node pairs it with that odometry sample, advances the context window and publishes
+``vnd/latent`` at once, so the policy's next tick has a latent for the newest state. A timer
+(``gap_check_period_s``) breaks the context when commands stop and announces an invalid
+latent. ``valid`` is false until the window holds C transitions (C = the bundle's context
+length), after a gap, and always for a bundle without a VND model (z empty then); the
+``encoder_version`` is the active bundle's version in every case.
+
+Bundles arrive like the policy's: ``vnd/model`` (learner) and ``vnd/checkpoint/command``
+(operator), loaded and checked off the callback thread, swapped between two messages and
+answered on ``vnd/checkpoint/status``. ``vnd/node_status`` at 1 Hz.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from vnd_core.bundle import BundleError
+from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, encoder_validator
+from vnd_core.flight.encoder_runtime import LatentEstimator
+from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_core.flight.stats import LatencyWindow, RateEstimator, TickMonitor
+from vnd_ros.log import get_logger
+from vnd_ros.messages import get_message
+from vnd_ros.params import ParameterError, freeze_parameters, param
+from vnd_ros.qos import (
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_default,
+    qos_profile_model,
+    qos_profile_sensor_data,
+    qos_profile_status,
+)
+from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+
+CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
+# Sensor-data QoS (best effort) with a deeper reader queue: a burst of load on the encoder
+# must not drop the odometry a later command has to be paired with. Matching is unchanged.
+PAIRING_QOS = QoSProfile(ReliabilityPolicy.BEST_EFFORT, depth=20)
+
+
+@dataclass(frozen=True)
+class EncoderNodeConfig:
+    """Parameters of the encoder node."""
+
+    bundle: str = param("", "start-up bundle path; empty = the shipped base bundle")
+    period_s: float = param(0.02, "control period the context advances at (s)")
+    max_gap_ms: float = param(45.0, "context entries further apart than this break it (ms)")
+    gap_check_period_s: float = param(0.02, "period of the gap check and bundle swap timer (s)")
+    smoke_budget_us: float = param(100000.0, "bundle check: median per-tick encode limit (us)")
+    startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
+    status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
+
+
+class EncoderNode(Node):
+    """odom + vnd/command -> context window -> encoder -> vnd/latent."""
+
+    def __init__(self) -> None:
+        super().__init__("encoder")
+        self.bundles: BundleRuntime | None = None  # set once the parameters are read
+        self.cfg = freeze_parameters(self, EncoderNodeConfig)
+        self.bundles = BundleRuntime(
+            self.get_fully_qualified_name(), encoder_validator(self.cfg.smoke_budget_us)
+        )
+        path = self.cfg.bundle or str(shipped_bundle_path())
+        self.get_logger().info(f"start-up bundle {path}")
+        self.bundles.load_startup(path, self.cfg.startup_timeout_s)
+        self.estimator = LatentEstimator(self.cfg.max_gap_ms)
+        self.model_of = None  # bundle whose model the estimator uses
+        self._use_active_bundle()
+        self.ticks = TickMonitor(self.cfg.period_s)
+        self.rate = RateEstimator()
+        self.latency = LatencyWindow()
+        self._wire()
+        self.get_logger().info(f"encoder node ready: {self.bundles.describe()}")
+
+    def _wire(self) -> None:
+        msg = get_message
+        self.Latent = msg("vnd_msgs/msg/Latent")
+        self.CheckpointStatus = msg("vnd_msgs/msg/CheckpointStatus")
+        self.NodeStatus = msg("vnd_msgs/msg/NodeStatus")
+        self.latent_pub = self.create_publisher(self.Latent, "vnd/latent", qos_profile_sensor_data)
+        self.checkpoint_pub = self.create_publisher(
+            self.CheckpointStatus, "vnd/checkpoint/status", CHECKPOINT_STATUS_QOS
+        )
+        self.status_pub = self.create_publisher(
+            self.NodeStatus, "vnd/node_status", qos_profile_status
+        )
+        subscriptions = (
+            ("nav_msgs/msg/Odometry", "odom", self.on_odom, PAIRING_QOS),
+            ("vnd_msgs/msg/CtbrCommand", "vnd/command", self.on_command, PAIRING_QOS),
+            ("vnd_msgs/msg/ModelBundle", "vnd/model", self.on_model, qos_profile_model),
+            (
+                "vnd_msgs/msg/CheckpointCommand",
+                "vnd/checkpoint/command",
+                self.on_checkpoint,
+                qos_profile_default,
+            ),
+        )
+        for type_name, topic, callback, qos in subscriptions:
+            self.create_subscription(msg(type_name), topic, callback, qos)
+        self.create_timer(self.cfg.gap_check_period_s, self.on_timer)
+        self.create_timer(self.cfg.status_period_s, self.publish_status)
+
+    # ------------------------------------------------------------------ inputs
+    def on_odom(self, msg) -> None:
+        """Keep the odometry for pairing; publish when a waiting command got its state."""
+        if self.estimator.add_odometry(stamp_ns(msg.header.stamp), odometry_state(msg)):
+            self.publish_latent()
+
+    def on_command(self, msg) -> None:
+        """Pair the command with its odometry; publish the latent when the context advanced."""
+        answered_ns = stamp_ns(msg.header.stamp)
+        action = np.array([msg.thrust_n, *msg.body_rate_radps], dtype=float)
+        if self.estimator.add_command(answered_ns, action):
+            self.publish_latent()
+
+    def on_model(self, msg) -> None:
+        """A learner bundle: queued for loading and checking off this thread."""
+        self.bundles.submit_learner(bytes(msg.payload), int(msg.version), msg.sha256)
+
+    def on_checkpoint(self, msg) -> None:
+        """An operator request addressed to this node (or to every node)."""
+        if not self.bundles.addressed(msg.target_node):
+            return
+        reply = self.bundles.request(int(msg.action), msg.request_id, msg.path, int(msg.version))
+        self._use_active_bundle()
+        if reply is not None:
+            self.publish_reply(reply)
+
+    def on_timer(self) -> None:
+        """Apply finished bundle loads; break the context when commands stopped."""
+        for reply in self.bundles.poll():
+            self.publish_reply(reply)
+        self._use_active_bundle()
+        if self.estimator.break_on_gap(self.get_clock().now().nanoseconds):
+            self.get_logger().warning("command stream gap: context cleared")
+            self.publish_latent()
+
+    # ------------------------------------------------------------------ outputs
+    def publish_latent(self) -> None:
+        """vnd/latent for the current window (valid=false while it is not full)."""
+        z = self.estimator.latent()
+        msg = self.Latent(
+            encoder_version=self.bundles.active_version,
+            valid=z is not None,
+            z=[] if z is None else z.tolist(),
+        )
+        newest_ns = self.estimator.newest_stamp_ns
+        now_ns = self.get_clock().now().nanoseconds
+        set_stamp(msg.header.stamp, newest_ns if newest_ns is not None else now_ns)
+        self.latent_pub.publish(msg)
+        if newest_ns is not None:
+            published_ns = self.get_clock().now().nanoseconds
+            self.latency.add_ns(published_ns - newest_ns)
+            self.ticks.tick()
+            self.rate.add(published_ns)
+
+    def publish_reply(self, reply: CheckpointReply) -> None:
+        """Answer on vnd/checkpoint/status (and log what changed or was refused)."""
+        status = self.CheckpointStatus(**reply.fields())
+        set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
+        self.checkpoint_pub.publish(status)
+        log = self.get_logger().info if reply.accepted else self.get_logger().warning
+        log(f"checkpoint '{reply.request_id}': {reply.message} ({self.bundles.describe()})")
+
+    def publish_status(self) -> None:
+        """vnd/node_status: versions, latent rate and latency, counters."""
+        now_ns = self.get_clock().now().nanoseconds
+        counters = self.estimator.all_counters()
+        counters["bundle_rejections"] = self.bundles.rejections
+        status = self.NodeStatus(
+            node=self.get_fully_qualified_name(),
+            active_version=self.bundles.active_version,
+            previous_version=self.bundles.previous_version,
+            pinned=self.bundles.pinned,
+            rate_hz=self.rate.rate_hz(now_ns),
+            latency_p50_ms=_finite(self.latency.p50_ms),
+            latency_p99_ms=_finite(self.latency.p99_ms),
+            ticks=self.ticks.ticks,
+            missed_ticks=self.ticks.missed_ticks,
+            counters_json=json.dumps(counters, sort_keys=True),
+        )
+        set_stamp(status.header.stamp, now_ns)
+        self.status_pub.publish(status)
+
+    def _use_active_bundle(self) -> None:
+        """Point the estimator at the active bundle's model after a swap."""
+        bundle = self.bundles.active
+        if bundle is not self.model_of:
+            self.model_of = bundle
+            self.estimator.set_model(bundle.model if bundle is not None else None)
+
+    def destroy_node(self) -> None:
+        """Stop the bundle loader (if start-up got that far), then leave the graph."""
+        if self.bundles is not None:
+            self.bundles.close()
+        super().destroy_node()
+
+
+def _finite(value: float) -> float:
+    """NaN (an empty latency window) reported as 0."""
+    return value if value == value else 0.0
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the encoder node until Ctrl-C or SIGTERM."""
+    torch.set_num_threads(1)  # two cores shared with the policy and the learner
+    sys.setswitchinterval(0.0005)  # the loader thread must not stall a callback for 5 ms
+    init(args=args)
+    try:
+        node = EncoderNode()
+    except (BundleError, ParameterError, ValueError) as err:
+        get_logger("encoder").fatal(f"cannot start: {err}")
+        try_shutdown()
+        sys.exit(1)
+    try:
+        spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,236 @@
+"""The policy node as a real OS process over the dds backend, fed and observed by the test."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import numpy as np
+from vnd_core.bundle import bundle_to_bytes
+from vnd_core.flight.msgfields import stamp_ns
+from vnd_core.flight.safety import Mode
+from vnd_ros.qos import (
+    qos_profile_default,
+    qos_profile_model,
+    qos_profile_replay,
+    qos_profile_sensor_data,
+    qos_profile_status,
+)
+
+PERIOD_S = 0.02
+
+
+def start_policy(harness, bundles, namespace: str, *extra: str):
+    """Policy node process (hover reference, generous smoke-test budget: shared CPUs)."""
+    return harness.NodeProcess(
+        "vnd_policy.policy_node",
+        [
+            "-r",
+            f"__ns:={namespace}",
+            "-p",
+            f"bundle:={bundles['v1']}",
+            "-p",
+            "smoke_budget_us:=1000000.0",
+            "-p",
+            "reference.kind:=hover",
+            "-p",
+            "status_period_s:=0.25",
+            *extra,
+        ],
+    )
+
+
+def latest_counters(status: list) -> dict:
+    return json.loads(status[-1][1].counters_json) if status else {}
+
+
+def test_ticks_records_nan_odometry_and_latent_versions(harness, bundles):
+    H = harness
+    node = start_policy(harness, bundles, "/pt_flow")
+    peer = H.Peer("/pt_flow")
+    try:
+        feeder = H.OdomFeeder(peer)
+        latent_cls, latent_pub = peer.publisher(
+            "vnd_msgs/msg/Latent", "vnd/latent", qos_profile_sensor_data
+        )
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        replay = peer.record("vnd_msgs/msg/Transition", "vnd/replay", qos_profile_replay)
+        status = peer.record("vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status)
+        latent = {"msg": None}
+        peer.every(0.02, lambda: latent["msg"] and latent_pub.publish(latent["msg"]))
+        peer.start()
+        node.wait_log("policy node ready")
+        H.wait_for(lambda: len(commands) >= 10, 20.0, "the first commands")
+
+        # 100 Hz odometry -> 50 Hz commands, each answering one odometry stamp
+        first, started = len(commands), time.time()
+        time.sleep(2.0)
+        window = [m for _, m in commands[first:]]
+        rate_hz = len(window) / (time.time() - started)
+        assert 40.0 <= rate_hz <= 55.0, rate_hz
+        steps_ms = np.diff([stamp_ns(m.header.stamp) for m in window]) / 1e6
+        assert 17.0 <= np.median(steps_ms) <= 23.0, steps_ms
+        assert all(m.mode == Mode.POLICY and m.policy_version == 1 for m in window)
+        # one Transition per command, same stamp and action, consecutive tick numbers
+        H.wait_for(lambda: len(replay) >= first + len(window), 5.0, "tick records")
+        records = {stamp_ns(m.header.stamp): m for _, m in replay}
+        for cmd in window:
+            record = records[stamp_ns(cmd.header.stamp)]
+            assert record.action[0] == cmd.thrust_n and record.mode == cmd.mode
+            assert list(record.action[1:]) == list(cmd.body_rate_radps)
+            assert record.policy_version == 1 and len(record.state) == 13
+        ticks = [m.tick for _, m in replay]
+        assert ticks == list(range(ticks[0], ticks[0] + len(ticks)))
+
+        # NaN odometry: dropped and counted, the vehicle keeps flying on the policy
+        feeder.nan_left = 5
+        H.wait_for(
+            lambda: latest_counters(status).get("odom_non_finite_dropped") == 5, 5.0, "NaN count"
+        )
+        # a latent of another bundle version is ignored (z = 0) and counted
+        z = [0.25] * 8
+        latent["msg"] = latent_cls(encoder_version=99, valid=True, z=z)
+        H.wait_for(lambda: latest_counters(status).get("latent_mismatch", 0) >= 5, 5.0, "mismatch")
+        mark = len(replay)
+        time.sleep(0.3)
+        assert all(not m.z_valid and not any(m.z) for _, m in replay[mark:])
+        assert all(m.encoder_version == 99 for _, m in replay[mark + 2 :])
+        # the matching version is used
+        latent["msg"] = latent_cls(encoder_version=1, valid=True, z=z)
+        H.wait_for(lambda: replay[-1][1].z_valid, 5.0, "a tick using the latent")
+        assert list(replay[-1][1].z) == z and replay[-1][1].encoder_version == 1
+        last = status[-1][1]
+        assert last.mode == Mode.POLICY and last.active_version == 1
+        assert last.missed_ticks <= 2 and last.ticks >= len(window)
+    finally:
+        peer.close()
+        node.stop()
+
+
+def test_stale_odometry_falls_back_within_a_tick_then_lands(harness, bundles):
+    H = harness
+    hold_s = 0.6
+    node = start_policy(harness, bundles, "/pt_stale", "-p", f"safety.hold_timeout_s:={hold_s}")
+    peer = H.Peer("/pt_stale")
+    try:
+        feeder = H.OdomFeeder(peer)
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        peer.start()
+        node.wait_log("policy node ready")
+        H.wait_for(lambda: commands and commands[-1][1].mode == Mode.POLICY, 20.0, "policy mode")
+        time.sleep(0.5)
+        feeder.running = False
+        time.sleep(0.05)  # the last sample is on its way
+        last_stamp_s = feeder.last_good_stamp_ns / 1e9
+        time.sleep(hold_s + 0.8)
+        after = [(t, m) for t, m in commands if stamp_ns(m.header.stamp) / 1e9 >= last_stamp_s]
+        modes = [m.mode for _, m in after]
+        assert Mode.FALLBACK_HOLD in modes and Mode.FALLBACK_LAND in modes, modes
+        hold_at = next(t for t, m in after if m.mode == Mode.FALLBACK_HOLD)
+        land_at = next(t for t, m in after if m.mode == Mode.FALLBACK_LAND)
+        # the watchdog ticks on without odometry; the first tick past the 100 ms odometry
+        # timeout is already in fallback (1 period + arrival slack on a busy machine)
+        late_policy = [t for t, m in after if m.mode == Mode.POLICY and t > last_stamp_s + 0.14]
+        assert not late_policy and hold_at - last_stamp_s <= 0.1 + PERIOD_S + 0.05
+        assert 0.9 * hold_s <= land_at - hold_at <= hold_s + 0.15
+        gaps = np.diff([t for t, _ in after])
+        assert len(after) >= 0.8 * (hold_s + 0.7) / PERIOD_S and np.median(gaps) < 0.025
+    finally:
+        peer.close()
+        node.stop()
+
+
+def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles):
+    H = harness
+    node = start_policy(harness, bundles, "/pt_ckpt")
+    peer = H.Peer("/pt_ckpt")
+    try:
+        H.OdomFeeder(peer)
+        cmd_cls, cmd_pub = peer.publisher(
+            "vnd_msgs/msg/CheckpointCommand", "vnd/checkpoint/command", qos_profile_default
+        )
+        model_cls, model_pub = peer.publisher(
+            "vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model
+        )
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        replies = peer.record(
+            "vnd_msgs/msg/CheckpointStatus", "vnd/checkpoint/status", qos_profile_default
+        )
+        status = peer.record("vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status)
+        peer.start()
+        node.wait_log("policy node ready")
+        H.wait_for(lambda: len(commands) >= 10 and status, 20.0, "commands")
+
+        def ask(request_id: str, action: int, path: str = "", version: int = 0, target=""):
+            cmd_pub.publish(
+                cmd_cls(
+                    request_id=request_id,
+                    action=action,
+                    path=str(path),
+                    version=version,
+                    target_node=target,
+                )
+            )
+            return H.wait_for(
+                lambda: next((m for _, m in replies if m.request_id == request_id), None),
+                15.0,
+                f"the answer to {request_id}",
+            )
+
+        # bad bundles are refused with a reason; the old version keeps flying, no tick lost
+        missed_before = status[-1][1].missed_ticks
+        first = len(commands)
+        reasons = {
+            "corrupt": "sha256 mismatch",
+            "truncated": "corrupted bundle tensors",
+            "wrong_arch": "architecture needs",
+            "wrong_vehicle": "vehicle 'small'",
+        }
+        for name, reason in reasons.items():
+            reply = ask(f"bad-{name}", cmd_cls.ACTION_LOAD, bundles[name])
+            assert not reply.accepted and reason in reply.message, reply.message
+            assert reply.active_version == 1 and reply.node == "/pt_ckpt/policy"
+        during = [m for _, m in commands[first:]]
+        assert during and all(m.policy_version == 1 and m.mode == Mode.POLICY for m in during)
+        stamps_ms = np.diff([stamp_ns(m.header.stamp) for m in during]) / 1e6
+        assert np.percentile(stamps_ms, 99) <= 1.5 * PERIOD_S * 1e3 + 5.0, stamps_ms.max()
+        time.sleep(0.3)
+        assert status[-1][1].missed_ticks - missed_before <= 1
+        assert json.loads(status[-1][1].counters_json)["bundle_rejections"] == 4
+
+        # operator round trip: load v2, activate it, roll back to v1
+        loaded = ask("load-2", cmd_cls.ACTION_LOAD, bundles["v2"])
+        assert loaded.accepted and list(loaded.available_versions) == [1, 2]
+        assert loaded.active_version == 1
+        assert ask("act-2", cmd_cls.ACTION_ACTIVATE, version=2).active_version == 2
+        H.wait_for(lambda: commands[-1][1].policy_version == 2, 5.0, "commands from v2")
+        rolled = ask("rollback", cmd_cls.ACTION_ROLLBACK)
+        assert rolled.accepted and rolled.active_version == 1
+        H.wait_for(lambda: commands[-1][1].policy_version == 1, 5.0, "commands from v1 again")
+        # another node's request is not answered by this one
+        cmd_pub.publish(cmd_cls(request_id="other", action=0, target_node="/pt_ckpt/encoder"))
+        assert ask("listing", cmd_cls.ACTION_LIST, target="/pt_ckpt/policy").accepted
+        assert not any(m.request_id == "other" for _, m in replies)
+
+        # learner bundles are refused while pinned, accepted once unpinned
+        assert ask("pin", cmd_cls.ACTION_PIN).pinned
+        payload = bundle_to_bytes(H.make_bundle(7))
+        learner = model_cls(
+            version=7, parent_version=1, sha256=hashlib.sha256(payload).hexdigest(), payload=payload
+        )
+        model_pub.publish(learner)
+
+        def learner_replies() -> list:
+            return [m for _, m in replies if m.request_id == "model:7"]
+
+        refused = H.wait_for(learner_replies, 15.0, "the pinned refusal")[0]
+        assert not refused.accepted and "pinned" in refused.message
+        assert not ask("unpin", cmd_cls.ACTION_UNPIN).pinned
+        model_pub.publish(learner)
+        H.wait_for(lambda: len(learner_replies()) >= 2, 15.0, "the learner swap")
+        assert learner_replies()[-1].accepted and learner_replies()[-1].active_version == 7
+        H.wait_for(lambda: commands[-1][1].policy_version == 7, 5.0, "commands from v7")
+    finally:
+        peer.close()
+        node.stop()

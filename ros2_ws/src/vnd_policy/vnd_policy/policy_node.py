@@ -1,0 +1,342 @@
+"""Policy node: the 50 Hz control tick (policy -> safety filter -> CTBR command + tick record).
+
+Timing: the tick runs in the odometry callback (event-driven, lowest latency from odometry to
+command): a sample stamped at least ``min_tick_interval_s`` after the odometry the previous
+tick used triggers it, so 100 Hz odometry gives 50 Hz ticks, each on a fresh sample. Deciding
+on stamps, not arrival times, keeps the ticks on every second sample whatever the transport
+jitter, and resumes odometry-driven ticks right after a watchdog tick. A watchdog timer
+(``watchdog_period_s``)
+runs the tick itself when none happened for more than one period plus ``tick_margin_s``
+(odometry late or gone), then keeps ticking on the 50 Hz grid until odometry is back; the
+safety filter sees the odometry age and falls back. The watchdog callback also applies
+finished bundle loads, so swaps happen between ticks.
+
+Topics (relative, in the vehicle namespace; see docs/topics.md):
+    in   odom (nav_msgs/Odometry), vnd/latent, vnd/reference, vnd/model,
+         vnd/checkpoint/command
+    out  vnd/command (CtbrCommand, header.stamp = the odometry stamp), vnd/replay (one
+         Transition per tick), vnd/checkpoint/status, vnd/node_status (1 Hz)
+
+Odometry with NaN/inf or a stamp not newer than the last one is dropped and counted. Bundles
+(learner, operator) are loaded and checked on a worker thread (``vnd_core.flight
+.bundle_runtime``); the tick never waits for a load.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from vnd_core.bundle import BundleError
+from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.config_io import ConfigError
+from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, policy_validator
+from vnd_core.flight.controller import (
+    ExternalReference,
+    LatentSample,
+    PolicyController,
+    TickRecord,
+)
+from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_core.flight.safety import SafetyConfig
+from vnd_core.flight.stats import (
+    NS_PER_S,
+    LatencyWindow,
+    RateEstimator,
+    ReasonCounter,
+    TickMonitor,
+)
+from vnd_core.reference import ReferenceSpec
+from vnd_core.vehicle import load_vehicle
+from vnd_ros.log import get_logger
+from vnd_ros.messages import get_message
+from vnd_ros.params import ParameterError, freeze_parameters, param
+from vnd_ros.qos import (
+    QoSProfile,
+    qos_profile_default,
+    qos_profile_model,
+    qos_profile_replay,
+    qos_profile_sensor_data,
+    qos_profile_status,
+)
+from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+
+# Node counters (besides the controller's and the safety filter's).
+ODOM_NON_FINITE = "odom_non_finite_dropped"
+ODOM_OUT_OF_ORDER = "odom_out_of_order_dropped"
+WATCHDOG_TICK = "watchdog_ticks"
+BUNDLE_REJECTED = "bundle_rejections"
+CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
+
+
+@dataclass(frozen=True)
+class PolicyNodeConfig:
+    """Parameters of the policy node (the control period is ``safety.period_s``)."""
+
+    bundle: str = param("", "start-up bundle path; empty = the shipped base bundle")
+    vehicle: str = param("agile", "vehicle name or YAML path: limits and fallback model")
+    min_tick_interval_s: float = param(
+        0.018, "odometry stamped closer than this to the last tick's odometry waits (s)"
+    )
+    watchdog_period_s: float = param(0.004, "period of the watchdog / swap timer (s)")
+    tick_margin_s: float = param(0.006, "watchdog ticks after period + this without a tick (s)")
+    latent_max_age_s: float = param(0.1, "a latent older than this is not used (s)")
+    smoke_budget_us: float = param(2000.0, "bundle check: median inference time limit (us)")
+    startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
+    status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
+    world_frame: str = param("world", "frame_id of tick records (ENU world)")
+    body_frame: str = param("base_link", "frame_id of commands (FLU body)")
+    reference: ReferenceSpec = field(default_factory=ReferenceSpec)  # parameter reference
+    safety: SafetyConfig = field(default_factory=SafetyConfig)  # safety filter and fallback
+
+
+class PolicyNode(Node):
+    """odom + latent + reference -> policy -> safety -> vnd/command and vnd/replay."""
+
+    def __init__(self) -> None:
+        super().__init__("policy")
+        self.bundles: BundleRuntime | None = None  # set once the parameters are read
+        self.cfg = freeze_parameters(self, PolicyNodeConfig)
+        vehicle = load_vehicle(self.cfg.vehicle)
+        self.controller = PolicyController.create(
+            vehicle, self.cfg.safety, self.cfg.reference, self.cfg.latent_max_age_s
+        )
+        self.bundles = BundleRuntime(
+            self.get_fully_qualified_name(), policy_validator(vehicle, self.cfg.smoke_budget_us)
+        )
+        path = self.cfg.bundle or str(shipped_bundle_path())
+        self.get_logger().info(f"start-up bundle {path}")
+        self.bundles.load_startup(path, self.cfg.startup_timeout_s)
+        self.counters = ReasonCounter()
+        self.period_ns = round(self.cfg.safety.period_s * NS_PER_S)
+        self.ticks = TickMonitor(self.cfg.safety.period_s)
+        self.rate = RateEstimator()
+        self.latency = LatencyWindow()
+        self.tick_count = 0
+        self.odom: tuple[np.ndarray, int] | None = None  # latest (state (13,), stamp ns)
+        self.latent: LatentSample | None = None
+        self.last_tick_mono_ns: int | None = None
+        self.ticked_stamp_ns: int | None = None  # odometry stamp the last tick used
+        self.watchdog_due_ns: int | None = None  # monotonic time the watchdog ticks at
+        self._wire()
+        self.get_logger().info(f"policy node ready: {self.bundles.describe()}")
+
+    def _wire(self) -> None:
+        msg = get_message
+        self.CtbrCommand = msg("vnd_msgs/msg/CtbrCommand")
+        self.Transition = msg("vnd_msgs/msg/Transition")
+        self.CheckpointStatus = msg("vnd_msgs/msg/CheckpointStatus")
+        self.NodeStatus = msg("vnd_msgs/msg/NodeStatus")
+        self.command_pub = self.create_publisher(
+            self.CtbrCommand, "vnd/command", qos_profile_sensor_data
+        )
+        self.replay_pub = self.create_publisher(self.Transition, "vnd/replay", qos_profile_replay)
+        self.checkpoint_pub = self.create_publisher(
+            self.CheckpointStatus, "vnd/checkpoint/status", CHECKPOINT_STATUS_QOS
+        )
+        self.status_pub = self.create_publisher(
+            self.NodeStatus, "vnd/node_status", qos_profile_status
+        )
+        subscriptions = (
+            ("nav_msgs/msg/Odometry", "odom", self.on_odom, qos_profile_sensor_data),
+            ("vnd_msgs/msg/Latent", "vnd/latent", self.on_latent, qos_profile_sensor_data),
+            ("vnd_msgs/msg/Reference", "vnd/reference", self.on_reference, qos_profile_default),
+            ("vnd_msgs/msg/ModelBundle", "vnd/model", self.on_model, qos_profile_model),
+            (
+                "vnd_msgs/msg/CheckpointCommand",
+                "vnd/checkpoint/command",
+                self.on_checkpoint,
+                qos_profile_default,
+            ),
+        )
+        for type_name, topic, callback, qos in subscriptions:
+            self.create_subscription(msg(type_name), topic, callback, qos)
+        self.create_timer(self.cfg.watchdog_period_s, self.on_watchdog)
+        self.create_timer(self.cfg.status_period_s, self.publish_status)
+
+    # ------------------------------------------------------------------ inputs
+    def on_odom(self, msg) -> None:
+        """Keep the newest finite odometry; tick when it is stamped a period past the last
+        tick's odometry."""
+        stamp = stamp_ns(msg.header.stamp)
+        state = odometry_state(msg)
+        if not np.isfinite(state).all():
+            self.counters.count(ODOM_NON_FINITE)
+            self.get_logger().warning("dropped non-finite odometry", throttle_duration_sec=1.0)
+            return
+        if self.odom is not None and stamp <= self.odom[1]:
+            self.counters.count(ODOM_OUT_OF_ORDER)
+            return
+        self.odom = (state, stamp)
+        last = self.ticked_stamp_ns
+        if last is None or stamp - last >= self.cfg.min_tick_interval_s * NS_PER_S:
+            self.tick(fresh=True)
+
+    def on_latent(self, msg) -> None:
+        """Keep the newest latent (version-checked by the controller at the tick)."""
+        self.latent = LatentSample(
+            received_ns=self.get_clock().now().nanoseconds,
+            encoder_version=int(msg.encoder_version),
+            valid=bool(msg.valid),
+            z=np.asarray(msg.z, dtype=np.float32),
+        )
+
+    def on_reference(self, msg) -> None:
+        """Follow an external reference sample from now on (overrides the parameter one)."""
+        self.controller.set_external_reference(
+            ExternalReference(
+                stamp_ns=stamp_ns(msg.header.stamp),
+                position_m=np.asarray(msg.position_m, dtype=float),
+                velocity_mps=np.asarray(msg.velocity_mps, dtype=float),
+                acceleration_mps2=np.asarray(msg.acceleration_mps2, dtype=float),
+            )
+        )
+
+    def on_model(self, msg) -> None:
+        """A learner bundle: queued for loading and checking off the control thread."""
+        self.bundles.submit_learner(bytes(msg.payload), int(msg.version), msg.sha256)
+
+    def on_checkpoint(self, msg) -> None:
+        """An operator request addressed to this node (or to every node)."""
+        if not self.bundles.addressed(msg.target_node):
+            return
+        reply = self.bundles.request(int(msg.action), msg.request_id, msg.path, int(msg.version))
+        if reply is not None:
+            self.publish_reply(reply)
+
+    # ------------------------------------------------------------------ tick
+    def on_watchdog(self) -> None:
+        """Apply finished bundle loads; tick when odometry is overdue."""
+        for reply in self.bundles.poll():
+            self.publish_reply(reply)
+        if self.watchdog_due_ns is None or time.monotonic_ns() < self.watchdog_due_ns:
+            return
+        self.counters.count(WATCHDOG_TICK)
+        self.tick(fresh=False)
+
+    def tick(self, fresh: bool) -> None:
+        """One control tick on the newest odometry; ``fresh`` when a new sample triggered it."""
+        self.last_tick_mono_ns = time.monotonic_ns()
+        self._schedule_watchdog(fresh)
+        state, odom_stamp_ns = self.odom
+        self.ticked_stamp_ns = odom_stamp_ns
+        now_ns = self.get_clock().now().nanoseconds
+        record = self.controller.tick(
+            now_ns, state, odom_stamp_ns, self.bundles.active, self.latent
+        )
+        command = self.CtbrCommand(
+            thrust_n=float(record.action[0]),
+            body_rate_radps=record.action[1:].tolist(),
+            mode=int(record.mode),
+            policy_version=record.policy_version,
+        )
+        set_stamp(command.header.stamp, odom_stamp_ns)
+        command.header.frame_id = self.cfg.body_frame
+        self.command_pub.publish(command)
+        published_ns = self.get_clock().now().nanoseconds
+        if fresh:
+            self.latency.add_ns(published_ns - odom_stamp_ns)
+        self.tick_count += 1
+        self.replay_pub.publish(self.transition(record, odom_stamp_ns))
+        self.ticks.tick(self.last_tick_mono_ns)
+        self.rate.add(published_ns)
+
+    def _schedule_watchdog(self, fresh: bool) -> None:
+        """Next watchdog tick: one period + margin after an odometry tick; on the 50 Hz grid
+        (previous due time + one period) while the watchdog itself is ticking."""
+        now_ns = self.last_tick_mono_ns
+        if fresh or self.watchdog_due_ns is None:
+            margin_ns = round(self.cfg.tick_margin_s * NS_PER_S)
+            self.watchdog_due_ns = now_ns + self.period_ns + margin_ns
+        else:
+            self.watchdog_due_ns = max(self.watchdog_due_ns + self.period_ns, now_ns + 1)
+
+    def transition(self, record: TickRecord, odom_stamp_ns: int):
+        """The vnd/replay record of one tick."""
+        msg = self.Transition(
+            tick=self.tick_count,
+            state=record.state.tolist(),
+            action=record.action.tolist(),
+            reference=record.reference.tolist(),
+            z=record.z.tolist(),
+            z_valid=record.z_valid,
+            policy_version=record.policy_version,
+            encoder_version=record.encoder_version,
+            mode=int(record.mode),
+        )
+        set_stamp(msg.header.stamp, odom_stamp_ns)
+        msg.header.frame_id = self.cfg.world_frame
+        return msg
+
+    # ------------------------------------------------------------------ reports
+    def publish_reply(self, reply: CheckpointReply) -> None:
+        """Answer on vnd/checkpoint/status (and log what changed or was refused)."""
+        status = self.CheckpointStatus(**reply.fields())
+        set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
+        self.checkpoint_pub.publish(status)
+        log = self.get_logger().info if reply.accepted else self.get_logger().warning
+        log(f"checkpoint '{reply.request_id}': {reply.message} ({self.bundles.describe()})")
+
+    def publish_status(self) -> None:
+        """vnd/node_status: mode, versions, tick rate, latency, missed ticks, counters."""
+        now_ns = self.get_clock().now().nanoseconds
+        counters = {**self.controller.all_counters(), **self.counters.totals}
+        counters[BUNDLE_REJECTED] = self.bundles.rejections
+        status = self.NodeStatus(
+            node=self.get_fully_qualified_name(),
+            mode=int(self.controller.mode),
+            active_version=self.bundles.active_version,
+            previous_version=self.bundles.previous_version,
+            pinned=self.bundles.pinned,
+            rate_hz=self.rate.rate_hz(now_ns),
+            latency_p50_ms=_finite(self.latency.p50_ms),
+            latency_p99_ms=_finite(self.latency.p99_ms),
+            ticks=self.ticks.ticks,
+            missed_ticks=self.ticks.missed_ticks,
+            counters_json=json.dumps(counters, sort_keys=True),
+        )
+        set_stamp(status.header.stamp, now_ns)
+        self.status_pub.publish(status)
+
+    def destroy_node(self) -> None:
+        """Stop the bundle loader (if start-up got that far), then leave the graph."""
+        if self.bundles is not None:
+            self.bundles.close()
+        super().destroy_node()
+
+
+def _finite(value: float) -> float:
+    """NaN (an empty latency window) reported as 0."""
+    return value if value == value else 0.0
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the policy node until Ctrl-C or SIGTERM."""
+    torch.set_num_threads(1)  # two cores shared with the encoder and the learner
+    # The bundle loader thread must not hold the GIL for the default 5 ms while a tick waits.
+    sys.setswitchinterval(0.0005)
+    init(args=args)
+    try:
+        node = PolicyNode()
+    except (BundleError, ConfigError, ParameterError, ValueError) as err:
+        get_logger("policy").fatal(f"cannot start: {err}")
+        try_shutdown()
+        sys.exit(1)
+    gc.collect()
+    gc.freeze()  # start-up objects never need scanning again: shorter collector pauses
+    try:
+        spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        try_shutdown()
+
+
+if __name__ == "__main__":
+    main()
