@@ -135,7 +135,7 @@ def test_encoder_checks(paths):
     assert encoder_smoke_test(bundle, budget_us=1e6)["median_us"] > 0
     with pytest.raises(BundleError, match="budget"):
         encoder_smoke_test(bundle, budget_us=1e-3)
-    rt = BundleRuntime("/vnd1/encoder", encoder_validator(1e6))
+    rt = BundleRuntime("/vnd1/encoder", encoder_validator(load_vehicle("agile"), 1e6))
     try:
         assert rt.load_startup(paths[1]).active_version == 1
     finally:

@@ -27,6 +27,7 @@ from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, encod
 from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_core.flight.stats import LatencyWindow, RateEstimator, TickMonitor
+from vnd_core.vehicle import load_vehicle
 from vnd_ros.log import get_logger
 from vnd_ros.messages import get_message
 from vnd_ros.params import ParameterError, freeze_parameters, param
@@ -51,6 +52,7 @@ class EncoderNodeConfig:
     """Parameters of the encoder node."""
 
     bundle: str = param("", "start-up bundle path; empty = the shipped base bundle")
+    vehicle: str = param("agile", "vehicle name or YAML path: bundles for another are refused")
     period_s: float = param(0.02, "control period the context advances at (s)")
     max_gap_ms: float = param(45.0, "context entries further apart than this break it (ms)")
     gap_check_period_s: float = param(0.02, "period of the gap check and bundle swap timer (s)")
@@ -66,9 +68,8 @@ class EncoderNode(Node):
         super().__init__("encoder")
         self.bundles: BundleRuntime | None = None  # set once the parameters are read
         self.cfg = freeze_parameters(self, EncoderNodeConfig)
-        self.bundles = BundleRuntime(
-            self.get_fully_qualified_name(), encoder_validator(self.cfg.smoke_budget_us)
-        )
+        validator = encoder_validator(load_vehicle(self.cfg.vehicle), self.cfg.smoke_budget_us)
+        self.bundles = BundleRuntime(self.get_fully_qualified_name(), validator)
         path = self.cfg.bundle or str(shipped_bundle_path())
         self.get_logger().info(f"start-up bundle {path}")
         self.bundles.load_startup(path, self.cfg.startup_timeout_s)

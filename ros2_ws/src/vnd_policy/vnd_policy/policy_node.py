@@ -52,6 +52,7 @@ from vnd_core.flight.stats import (
     TickMonitor,
 )
 from vnd_core.reference import ReferenceSpec
+from vnd_core.scenario import load_scenario
 from vnd_core.vehicle import load_vehicle
 from vnd_ros.log import get_logger
 from vnd_ros.messages import get_message
@@ -91,6 +92,7 @@ class PolicyNodeConfig:
     status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
     world_frame: str = param("world", "frame_id of tick records (ENU world)")
     body_frame: str = param("base_link", "frame_id of commands (FLU body)")
+    scenario: str = param("", "fly this scenario's reference (name or YAML); empty = `reference`")
     reference: ReferenceSpec = field(default_factory=ReferenceSpec)  # parameter reference
     safety: SafetyConfig = field(default_factory=SafetyConfig)  # safety filter and fallback
 
@@ -103,8 +105,9 @@ class PolicyNode(Node):
         self.bundles: BundleRuntime | None = None  # set once the parameters are read
         self.cfg = freeze_parameters(self, PolicyNodeConfig)
         vehicle = load_vehicle(self.cfg.vehicle)
+        reference = load_scenario(self.cfg.scenario).reference if self.cfg.scenario else None
         self.controller = PolicyController.create(
-            vehicle, self.cfg.safety, self.cfg.reference, self.cfg.latent_max_age_s
+            vehicle, self.cfg.safety, reference or self.cfg.reference, self.cfg.latent_max_age_s
         )
         self.bundles = BundleRuntime(
             self.get_fully_qualified_name(), policy_validator(vehicle, self.cfg.smoke_budget_us)

@@ -242,10 +242,11 @@ def policy_validator(vehicle: VehicleParams, budget_us: float) -> Validator:
     return validate
 
 
-def encoder_validator(budget_us: float) -> Validator:
-    """Checks of the encoder node: latent sizes and the encoder smoke test (if it has one)."""
+def encoder_validator(vehicle: VehicleParams, budget_us: float) -> Validator:
+    """Checks of the encoder node: vehicle, latent sizes, encoder smoke test (if it has one)."""
 
     def validate(bundle: Bundle) -> None:
+        check_vehicle(bundle, vehicle)
         check_latent_sizes(bundle)
         if bundle.model is not None:
             encoder_smoke_test(bundle, budget_us=budget_us)
