@@ -6,7 +6,10 @@ omega (3, rad/s, FLU body). Action (4): collective thrust (N), body-rate command
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported lazily so ROS-side tools using the layout start fast
+    import torch
 
 STATE_DIM = 13
 ACTION_DIM = 4
@@ -31,11 +34,15 @@ def join_state(
     p: torch.Tensor, q: torch.Tensor, v: torch.Tensor, omega: torch.Tensor
 ) -> torch.Tensor:
     """Inverse of :func:`split_state`: concatenate to (..., 13)."""
+    import torch
+
     return torch.cat([p, q, v, omega], dim=-1)
 
 
 def hover_state(batch_shape: tuple[int, ...] = (), position_m=(0.0, 0.0, 1.0)) -> torch.Tensor:
     """A state at rest, level, at ``position_m``; shape batch_shape + (13,)."""
+    import torch
+
     state = torch.zeros(*batch_shape, STATE_DIM)
     state[..., POS] = torch.tensor(position_m, dtype=state.dtype)
     state[..., 3] = 1.0
