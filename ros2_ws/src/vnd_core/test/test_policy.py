@@ -1,0 +1,120 @@
+"""Policy network and observation: limits, the fused observation map, the numpy twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from vnd_core import so3
+from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner, reference_numpy
+from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
+from vnd_core.state import OMEGA, POS, QUAT, VEL
+from vnd_core.vehicle import load_vehicle
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def policy() -> PolicyNet:
+    torch.manual_seed(0)
+    return PolicyNet(load_vehicle("agile"), PolicyConfig(out_gain=3.0)).eval()
+
+
+def random_states(batch: int, generator: torch.Generator) -> torch.Tensor:
+    state = torch.randn(batch, 13, generator=generator)
+    state[:, QUAT] = so3.quat_normalize(state[:, QUAT])
+    return state
+
+
+def test_output_within_vehicle_limits_for_extreme_inputs(policy):
+    vehicle = policy.vehicle
+    obs = torch.cat([torch.full((4, policy.observation.dim), v) for v in (-1e6, 1e6)])
+    obs[::2] *= -1
+    action = policy(torch.cat([obs, torch.randn(64, policy.observation.dim) * 1e3]))
+    assert torch.isfinite(action).all()
+    assert (action[:, 0] >= vehicle.thrust_min_n).all()
+    assert (action[:, 0] <= vehicle.thrust_max_n).all()
+    rate_max = torch.tensor(vehicle.body_rate_max_radps)
+    assert (action[:, 1:].abs() <= rate_max + 1e-5).all()
+    assert action[:, 0].max() > vehicle.hover_thrust_n + 1.0  # saturation reaches both sides
+    assert action[:, 0].min() < vehicle.hover_thrust_n - 1.0
+
+
+def test_untrained_policy_starts_near_hover():
+    policy = PolicyNet(load_vehicle("agile"))
+    obs = policy.observation.build_from(
+        random_states(8, torch.Generator().manual_seed(3)),
+        Trajectory.from_spec(ReferenceSpec(), 8),
+        torch.zeros(8),
+        policy.action_offset.expand(8, 2, 4),
+        torch.zeros(8, policy.latent_dim),
+    )
+    action = policy(obs)
+    assert torch.allclose(action[:, 0], torch.full((8,), policy.vehicle.hover_thrust_n), atol=3.0)
+
+
+def test_fused_observation_equals_the_blockwise_definition(policy):
+    gen = torch.Generator().manual_seed(1)
+    batch = 6
+    trajectory = Trajectory.random(batch, generator=gen)
+    t_s = 3.0 * torch.rand(batch, generator=gen)
+    state = random_states(batch, gen)
+    prev = policy.action_offset + torch.randn(batch, 2, 4, generator=gen)
+    z = torch.randn(batch, policy.latent_dim, generator=gen)
+    obs = policy.observation.build_from(state, trajectory, t_s, prev, z)
+    ref = trajectory.sample(policy.observation.sample_times(t_s))
+    p = state[:, POS]
+    expected = torch.cat(
+        [
+            p - ref.position_m[:, 0],
+            state[:, VEL] - ref.velocity_mps[:, 0],
+            (ref.position_m[:, 1:] - p.unsqueeze(1)).flatten(1),
+            ref.acceleration_mps2[:, 0],
+            so3.rotmat_6d(state[:, QUAT]),
+            state[:, OMEGA],
+            policy.observation.normalise_action(prev).flatten(1),
+            z,
+        ],
+        dim=-1,
+    )
+    assert obs.shape == (batch, policy.observation.dim)
+    torch.testing.assert_close(obs, expected, atol=1e-5, rtol=1e-5)
+    blocks = [name for name, _ in policy.observation.layout.blocks]
+    assert blocks[0] == "pos_error" and blocks[-1] == "latent"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_numpy_reference_matches_torch(kind):
+    spec = ReferenceSpec(kind=kind, center_m=(0.3, -0.2, 1.1), amplitude_m=0.9, phase_rad=0.7)
+    times = np.linspace(0.0, 7.0, 23)
+    ref = reference_numpy(spec, times)
+    sample = Trajectory.from_spec(spec).sample(torch.tensor(times, dtype=torch.float32)[None])
+    for i, field in enumerate(sample.stacked().split(3, dim=-1)):
+        np.testing.assert_allclose(ref[i], field[0].numpy(), atol=1e-5)
+
+
+def test_runner_matches_batched_path(policy):
+    spec = ReferenceSpec(kind="figure8", phase_rad=0.3)
+    runner = PolicyRunner(policy, spec)
+    gen = torch.Generator().manual_seed(2)
+    prev = torch.zeros(1, 2, 4) + policy.action_offset
+    t_s = 0.0
+    for _ in range(3):
+        state = random_states(1, gen)
+        z = torch.randn(1, policy.latent_dim, generator=gen)
+        expected = policy(
+            policy.observation.build_from(
+                state, Trajectory.from_spec(spec), torch.tensor([t_s]), prev, z
+            )
+        )
+        action = runner.act(state[0].double().numpy(), t_s, z[0].numpy())
+        np.testing.assert_allclose(action, expected[0].detach().numpy(), atol=1e-4)
+        prev = torch.cat([expected.detach().unsqueeze(1), prev[:, :-1]], dim=1)
+        t_s += 0.02
+
+
+def test_config_round_trip_and_validation():
+    config = PolicyConfig(hidden=(32, 16), latent_dim=4, lookahead_s=(0.1, 0.4))
+    assert PolicyConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="hidden"):
+        PolicyConfig.from_dict({**config.to_dict(), "hidden": []})
