@@ -1,0 +1,134 @@
+"""``vnd checkpoint`` and ``vnd status`` against a real policy node process (dds backend):
+a corrupt bundle is refused with its reason and a non-zero exit, a valid one is accepted,
+activated and rolled back; ``inspect`` works offline on a file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from vnd_core.bundle import Bundle, bundle_to_bytes
+from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.vehicle import load_vehicle
+from vnd_ros.cli import main as vnd_main
+
+START_TIMEOUT_S = 90.0  # torch import and the start-up bundle check on a busy 2-core machine
+CLI_TIMEOUT_S = 60.0
+
+
+def _bundle_bytes(version: int) -> bytes:
+    torch.manual_seed(version)
+    vehicle = load_vehicle("agile")
+    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16)))
+    return bundle_to_bytes(Bundle(version, version - 1, policy, vehicle, summary={"t": version}))
+
+
+@pytest.fixture(scope="module")
+def bundles(tmp_path_factory) -> dict[str, Path]:
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("bundles")
+    paths = {}
+    for version in (1, 2):
+        paths[f"v{version}"] = root / f"v{version}.safetensors"
+        paths[f"v{version}"].write_bytes(_bundle_bytes(version))
+    data = paths["v2"].read_bytes()
+    paths["truncated"] = root / "truncated.safetensors"
+    paths["truncated"].write_bytes(data[: len(data) // 2])
+    return paths
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+
+
+@pytest.fixture(scope="module")
+def policy_node(bundles) -> Iterator[str]:
+    """A policy node process in a namespace of its own; yields the namespace."""
+    namespace = f"cpt{os.getpid()}"
+    cmd = [sys.executable, "-m", "vnd_policy.policy_node", "--ros-args", "-r"]
+    cmd += [f"__ns:=/{namespace}", "-p", f"bundle:={bundles['v1']}"]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
+    deadline = time.monotonic() + START_TIMEOUT_S
+    seen = []
+    while not any("policy node ready" in line for line in seen):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            pytest.fail("policy node did not start:\n" + "".join(seen[-20:]))
+        with contextlib.suppress(queue.Empty):
+            seen.append(lines.get(timeout=1.0))
+    yield namespace
+    proc.terminate()  # SIGTERM: the dds backend's spin returns and the node cleans up
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def vnd(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vnd_ros.cli", *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=CLI_TIMEOUT_S,
+    )
+
+
+def checkpoint(namespace: str, *args: str) -> subprocess.CompletedProcess:
+    return vnd("checkpoint", *args, "--vehicle", namespace, "--timeout", "30")
+
+
+def test_corrupt_bundle_is_rejected_with_the_reason(policy_node, bundles):
+    result = checkpoint(policy_node, "load", str(bundles["truncated"]))
+    assert result.returncode == 1, result.stdout + result.stderr
+    line = result.stdout.strip().splitlines()[0]
+    assert line.startswith(f"/{policy_node}/policy: REJECTED")
+    assert "corrupted bundle" in line  # the reason, from the node
+    assert "active 1" in line  # the active bundle keeps flying
+
+
+def test_valid_bundle_load_activate_rollback(policy_node, bundles):
+    loaded = checkpoint(policy_node, "load", str(bundles["v2"]))
+    assert loaded.returncode == 0, loaded.stdout + loaded.stderr
+    assert f"/{policy_node}/policy: accepted" in loaded.stdout
+    assert "available 1,2" in loaded.stdout and "active 1" in loaded.stdout
+    activated = checkpoint(policy_node, "activate", "2", "--node", "policy")
+    assert activated.returncode == 0, activated.stdout + activated.stderr
+    assert "active 2" in activated.stdout
+    missing = checkpoint(policy_node, "activate", "7")
+    assert missing.returncode == 1 and "REJECTED" in missing.stdout
+    rolled = checkpoint(policy_node, "rollback")
+    assert rolled.returncode == 0 and "active 1" in rolled.stdout, rolled.stdout
+    status = vnd("status", "--vehicle", policy_node, "--spin-time", "3")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f"/{policy_node}/policy" in status.stdout
+
+
+def test_no_stack_times_out_with_an_error():
+    result = vnd("checkpoint", "list", "--vehicle", f"nobody{os.getpid()}", "--timeout", "1")
+    assert result.returncode == 1
+    assert "no node listens" in result.stderr
+
+
+def test_inspect_offline(bundles, capsys):
+    """A file needs no stack (runs in-process: no middleware is started)."""
+    assert vnd_main(["checkpoint", "inspect", str(bundles["v2"])]) == 0
+    out = capsys.readouterr().out
+    assert "version:         2 (parent 1)" in out
+    assert "check:           loads" in out
+    assert vnd_main(["checkpoint", "inspect", str(bundles["truncated"])]) == 0
+    assert "INVALID" in capsys.readouterr().out
