@@ -58,16 +58,20 @@ def test_mode_numbers_match_the_message_definition() -> None:
     assert declared == {mode.name: mode.value for mode in Mode}
 
 
-def test_idle_until_odometry_and_action_then_policy_ramps_up() -> None:
+def test_idle_until_odometry_and_action_then_policy_takes_over_from_hover() -> None:
     safety = SafetyFilter(VEHICLE)
     out = safety.step(0, None, None, HOVER)
     assert out.mode == Mode.IDLE and FAULT_ODOM_MISSING in out.reasons
     assert np.array_equal(out.action, np.zeros(4))
     out = safety.step(TICK_NS, hover_state(), TICK_NS, None)
     assert out.mode == Mode.IDLE and out.reasons == (FAULT_ACTION_MISSING,)
-    out = safety.step(2 * TICK_NS, hover_state(), 2 * TICK_NS, HOVER)
+    low = HOVER.copy()
+    low[0] = 0.0
+    out = safety.step(2 * TICK_NS, hover_state(), 2 * TICK_NS, low)
     assert out.mode == Mode.POLICY
-    assert out.action[0] == pytest.approx(safety.config.max_thrust_step_n)  # slew from zero
+    # the slew starts from hover thrust (a hand-over in flight), not from motors off
+    hover_n = VEHICLE.hover_thrust_n
+    assert out.action[0] == pytest.approx(hover_n - safety.config.max_thrust_step_n)
     assert LIMIT_SLEW in out.reasons
 
 
@@ -252,8 +256,9 @@ def test_output_is_always_finite_clamped_and_slew_limited(ticks) -> None:
         assert np.all(np.abs(out.action[1:]) <= rate_max)
         if out.mode in (Mode.IDLE, Mode.DISARMED):
             assert np.array_equal(out.action, np.zeros(4))
-        else:
-            assert np.all(np.abs(out.action - previous) <= step + 1e-9)
+        else:  # a take-over from motors off slews from hover
+            base = previous if previous.any() else np.array([VEHICLE.hover_thrust_n, 0, 0, 0])
+            assert np.all(np.abs(out.action - base) <= step + 1e-9)
         previous = out.action
 
 

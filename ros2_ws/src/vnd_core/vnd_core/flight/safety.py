@@ -80,8 +80,8 @@ class SafetyConfig:
 
     period_s: float = 0.02  # control tick period
     odom_timeout_s: float = 0.1  # odometry older than this is stale
-    max_thrust_step_n: float = 1.5  # slew limit: largest change of thrust per tick
-    max_rate_step_radps: float = 1.5  # slew limit: largest change of each body rate per tick
+    max_thrust_step_n: float = 4.0  # slew limit: largest change of thrust per tick
+    max_rate_step_radps: float = 3.0  # slew limit: largest change of each body rate per tick
     geofence_min_m: Vec3 = (-3.0, -3.0, -0.2)  # lower corner of the allowed box, ENU world
     geofence_max_m: Vec3 = (3.0, 3.0, 3.0)  # upper corner of the allowed box
     geofence_margin_m: float = 0.3  # a geofence hold point lies this far inside the box
@@ -151,6 +151,7 @@ class SafetyFilter:
         self._rate_max = np.array(vehicle.body_rate_max_radps, dtype=float)
         self._timeout_ns = round(c.odom_timeout_s * NS_PER_S)
         self._step = np.array([c.max_thrust_step_n, *([c.max_rate_step_radps] * 3)])  # slew
+        self._hover_action = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
         self._reset_state(Mode.IDLE)
 
     def _reset_state(self, mode: Mode) -> None:
@@ -366,7 +367,10 @@ class SafetyFilter:
         out[1:] = np.clip(out[1:], -self._rate_max, self._rate_max)
         if np.any(out[1:] != target[1:]):
             limits.append(LIMIT_RATE)
-        slewed = self.last_output + np.clip(out - self.last_output, -self._step, self._step)
+        # Taking over from motors-off (IDLE / DISARMED) starts the slew from hover, as when
+        # offboard control is handed over in flight; ramping from zero thrust would drop it.
+        base = self._hover_action if not self.last_output.any() else self.last_output
+        slewed = base + np.clip(out - base, -self._step, self._step)
         if np.any(slewed != out):
             limits.append(LIMIT_SLEW)
         return slewed, limits
