@@ -1,0 +1,91 @@
+"""Policy training on the learned model: z = 0 anchors on the prior, clipped residual, frozen
+model, warm start."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from vnd_core.learner.policy_update import (
+    anchored_dynamics,
+    anchored_latent,
+    data_trust,
+    train_policy_on_model,
+)
+from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.state import hover_state
+from vnd_core.trainer import TrainerConfig
+from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.features import dynamics_input
+from vnd_core.vnd.model import VNDModel, VNDModelConfig
+
+VEHICLE = load_vehicle("agile")
+
+
+def loud_model() -> VNDModel:
+    """A model whose residual is far from zero (large output gain), seeded, with input
+    statistics centred on hover (so hover-like inputs count as inside the data)."""
+    torch.manual_seed(0)
+    model = VNDModel(VEHICLE, VNDModelConfig(residual_out_gain=5.0))
+    hover_input = dynamics_input(hover_state(), torch.tensor([9.0, 0.0, 0.0, 0.0]))
+    model.residual.input_normalizer.set_stats(hover_input, torch.ones(16))
+    return model
+
+
+def near_hover(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    state = hover_state((batch,))
+    state[:, 7:10] = 0.5 * torch.randn(batch, 3)  # within a few std of the data
+    return state, torch.tensor([[9.0, 0.1, -0.2, 0.0]]).expand(batch, 4)
+
+
+def test_zero_latent_rows_fly_the_prior_and_others_the_model():
+    model = loud_model()
+    state, action = near_hover(3)
+    z = torch.randn(3, model.latent_dim)
+    z[1] = 0.0
+    with torch.no_grad():
+        out = anchored_dynamics(model)(state, action, z)
+        torch.testing.assert_close(out[1], model.prior(state, action)[1])
+        torch.testing.assert_close(out[0], model.predict(state, action, z)[0])
+        assert not torch.allclose(out[0], model.prior(state, action)[0])
+
+
+def test_residual_is_clipped_to_the_bound():
+    model = loud_model()
+    state, action = near_hover(4)
+    z = torch.randn(4, model.latent_dim)
+    with torch.no_grad():
+        clipped = anchored_dynamics(model, torch.zeros(12))(state, action, z)
+        torch.testing.assert_close(clipped, model.prior(state, action))
+
+
+def test_residual_fades_out_far_from_the_data():
+    model = loud_model()
+    state, action = near_hover(2)
+    state[1, 7:10] = torch.tensor([20.0, 0.0, 0.0])  # 20 std away in velocity
+    with torch.no_grad():
+        trust = data_trust(model, state, action)
+        assert trust[0, 0] == 1.0 and trust[1, 0] == 0.0
+        out = anchored_dynamics(model)(state, action, torch.randn(2, model.latent_dim))
+        torch.testing.assert_close(out[1], model.prior(state, action)[1])
+
+
+def test_anchored_latent_draws_zero_for_the_requested_fraction():
+    z = anchored_latent(8, 0.25)(4000, torch.Generator().manual_seed(0))
+    zero_rows = (z == 0).all(dim=1).float().mean()
+    assert 0.2 < float(zero_rows) < 0.3
+    assert float(z[(z != 0).any(dim=1)].std()) > 0.9  # the rest is N(0, I)
+
+
+def test_training_changes_the_policy_not_the_model():
+    model = loud_model()
+    model_before = copy.deepcopy(model.state_dict())
+    torch.manual_seed(1)
+    policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,)))
+    policy_before = copy.deepcopy(policy.state_dict())
+    config = TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=20, iterations=2)
+    summary = train_policy_on_model(policy, model, VEHICLE, config)
+    assert summary["iterations"] == 2
+    assert not torch.equal(policy.state_dict()["net.0.weight"], policy_before["net.0.weight"])
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, model_before[name]), name

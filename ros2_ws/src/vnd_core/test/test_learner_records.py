@@ -1,0 +1,86 @@
+"""Tick records, segmentation on gaps and mode changes, and deduplication by stamp."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from vnd_core.learner.records import (
+    MODE_FALLBACK_HOLD,
+    MODE_POLICY,
+    TickRecords,
+    records_from_arrays,
+)
+from vnd_core.learner.replay import ReplayBuffer
+from vnd_core.learner.segmenter import split_runs, to_segments
+from vnd_core.state import hover_state
+
+PERIOD_S = 0.02
+PERIOD_NS = 20_000_000
+
+
+def hover_records(n: int, start_ns: int = 0, condition: str | None = "calm") -> TickRecords:
+    states = hover_state((n,)).double().numpy()
+    states[:, 0] = np.arange(n) * 1e-3  # distinguishable rows
+    actions = np.tile([9.81, 0.0, 0.0, 0.0], (n, 1))
+    return records_from_arrays(states, actions, start_ns, PERIOD_S, condition)
+
+
+def test_round_trip_through_plain_arrays():
+    records = hover_records(5)
+    arrays = records.to_arrays()
+    assert all(isinstance(v, np.ndarray) and v.dtype != object for v in arrays.values())
+    back = TickRecords.from_arrays(arrays)
+    for name, value in arrays.items():
+        np.testing.assert_array_equal(getattr(back, name), value)
+    with pytest.raises(ValueError, match="missing"):
+        TickRecords.from_arrays({k: v for k, v in arrays.items() if k != "mode"})
+
+
+def test_shapes_are_checked_with_the_field_name():
+    arrays = hover_records(4).to_arrays()
+    arrays["action"] = arrays["action"][:, :3]
+    with pytest.raises(ValueError, match="action"):
+        TickRecords.from_arrays(arrays)
+    arrays = hover_records(4).to_arrays()
+    arrays["mode"] = arrays["mode"][:3]
+    with pytest.raises(ValueError, match="mode"):
+        TickRecords.from_arrays(arrays)
+
+
+def test_concat_keeps_labels_only_when_all_batches_have_them():
+    labelled = TickRecords.concat([hover_records(3), hover_records(2, 10 * PERIOD_NS)])
+    assert len(labelled) == 5 and list(labelled.condition) == ["calm"] * 5
+    mixed = TickRecords.concat([hover_records(3), hover_records(2, 10 * PERIOD_NS, None)])
+    assert mixed.condition is None
+
+
+def test_runs_break_on_gaps_and_mode_changes_and_keep_policy_only():
+    stamps = np.arange(12, dtype=np.int64) * PERIOD_NS
+    stamps[5:] += PERIOD_NS  # a 2-period step between ticks 4 and 5: a gap (> 1.5 periods)
+    stamps[9:] += PERIOD_NS // 4  # a 1.25-period step: jitter, not a gap
+    mode = np.full(12, MODE_POLICY, dtype=np.uint8)
+    mode[7] = MODE_FALLBACK_HOLD  # one fallback tick inside the second run
+    runs = split_runs(stamps, mode, PERIOD_S, 1.5)
+    assert [(r.start, r.stop) for r in runs] == [(0, 5), (5, 7), (8, 12)]
+
+
+def test_segments_carry_condition_labels():
+    records = TickRecords.concat([hover_records(6), hover_records(4, 20 * PERIOD_NS, "wind")])
+    label_ids: dict[str, int] = {}
+    segments = to_segments(records, PERIOD_S, 1.5, label_ids)
+    assert [len(s.states) for s in segments] == [6, 4]
+    assert label_ids == {"calm": 0, "wind": 1}
+    assert list(segments[1].labels) == [1] * 4
+
+
+def test_replay_deduplicates_by_stamp_and_sorts():
+    buffer = ReplayBuffer(capacity_ticks=1000, period_s=PERIOD_S)
+    late = hover_records(5, 5 * PERIOD_NS)
+    assert buffer.add(late) == 5
+    assert buffer.add(late) == 0  # re-delivered batch
+    early = hover_records(8)  # overlaps ticks 5..7 of the stored ones
+    assert buffer.add(early) == 5
+    doubled = TickRecords.concat([hover_records(2, 40 * PERIOD_NS)] * 2)  # repeats in a batch
+    assert buffer.add(doubled) == 2
+    assert len(buffer) == 12
+    assert np.all(np.diff(buffer.records.stamp_ns) > 0)

@@ -1,0 +1,139 @@
+"""One learner update cycle on synthetic flight data: versions, gates, rejection of NaN."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
+from vnd_core.dynamics import NominalModel
+from vnd_core.learner.continual import ContinualLearner, LearnerConfig
+from vnd_core.learner.records import TickRecords, records_from_arrays
+from vnd_core.learner.validation import (
+    ValidationConfig,
+    action_limit_violation,
+    hover_deviation_m,
+    non_finite_tensor,
+)
+from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.trainer import TrainerConfig
+from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.fit import FitConfig
+from vnd_core.vnd.synthetic import simulate_with_forces
+
+VEHICLE = load_vehicle("agile")
+PERIOD_S = 0.02
+TINY = LearnerConfig.quick(
+    min_new_ticks=100,
+    min_interval_s=1.0,
+    fit=FitConfig(steps=5, batch_size=16),
+    trainer=TrainerConfig(num_envs=16, horizon_ticks=4, episode_ticks=40, iterations=2),
+    # The active policy here is untrained (no base bundle needed), so it cannot hover within
+    # 0.1 m; these tests exercise the mechanics, the hover gate has its own test below.
+    validation=ValidationConfig(
+        eval_rollouts=8, eval_ticks=20, hover_ticks=20, hover_max_dev_m=5.0
+    ),
+)
+
+
+def windy_records() -> TickRecords:
+    prior = NominalModel(VEHICLE)
+    generator = torch.Generator().manual_seed(0)
+    forces = torch.tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    segments = simulate_with_forces(prior, forces, 150, generator)
+    period_ns = round(PERIOD_S * 1e9)
+    return TickRecords.concat(
+        [
+            records_from_arrays(s.states.numpy(), s.actions.numpy(), i * 200 * period_ns,
+                                PERIOD_S, name)
+            for i, (s, name) in enumerate(zip(segments, ["wind", "calm"], strict=True))
+        ]
+    )  # fmt: skip
+
+
+def base_bundle() -> Bundle:
+    torch.manual_seed(0)
+    return Bundle(version=3, parent_version=2, policy=PolicyNet(VEHICLE), vehicle=VEHICLE)
+
+
+def test_update_decision_needs_new_data_and_time():
+    learner = ContinualLearner(VEHICLE, TINY, base_bundle())
+    assert not learner.should_update(100.0)  # no data
+    records = windy_records()
+    assert learner.ingest(records) == len(records)
+    assert learner.should_update(100.0)
+    learner.update()
+    assert not learner.should_update(100.5)  # no new data, too early
+    assert learner.ingest(records) == 0  # nothing new either
+
+
+def test_first_update_creates_the_model_and_emits_the_next_version():
+    learner = ContinualLearner(VEHICLE, TINY, base_bundle())
+    learner.ingest(windy_records())
+    stages: list[tuple[str, float]] = []
+    result = learner.update(lambda stage, fraction: stages.append((stage, fraction)))
+    assert result.accepted, result.reason
+    bundle = result.bundle
+    assert (bundle.version, bundle.parent_version) == (4, 3)
+    assert bundle.model is not None and bundle.model.latent_dim == bundle.policy.latent_dim
+    assert learner.active is bundle
+    assert result.metrics["data"]["new_model"] and result.metrics["data"]["ticks"] == 300
+    assert {s for s, _ in stages} == {"fit", "train", "validate"}
+    assert all(0.0 <= f <= 1.0 for _, f in stages) and stages[-1][1] == 1.0
+    assert result.total_s >= result.fit_s + result.train_s
+    reloaded = load_bundle(bundle_to_bytes(bundle))  # summary is strict JSON, weights finite
+    assert reloaded.summary["data"]["segments"] == 2
+    assert reloaded.model is not None
+
+
+def test_learner_rejects_a_policy_that_produces_nan():
+    active = base_bundle()
+    learner = ContinualLearner(VEHICLE, TINY, active)
+    learner.ingest(windy_records())
+
+    def corrupt(policy: PolicyNet) -> None:
+        with torch.no_grad():
+            policy.net[0].weight[0, 0] = float("nan")
+
+    learner.candidate_hook = corrupt
+    result = learner.update()
+    assert not result.accepted and result.bundle is None
+    assert "non-finite" in result.reason and "policy" in result.reason
+    assert learner.active is active  # the active bundle stays in place
+
+
+def test_validation_gates_on_nan_and_limits():
+    policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,)))
+    assert non_finite_tensor(policy, "policy") is None
+    assert action_limit_violation(policy, VEHICLE, 64, seed=0) is None
+    assert hover_deviation_m(policy, VEHICLE, 20) < 0.1  # near-hover output at init
+    with torch.no_grad():
+        policy.net[-1].bias.fill_(float("nan"))
+    assert "net.2.bias" in non_finite_tensor(policy, "policy")
+    assert "non-finite" in action_limit_violation(policy, VEHICLE, 64, seed=0)
+    assert math.isnan(hover_deviation_m(policy, VEHICLE, 5))
+
+
+def test_latent_size_mismatch_is_refused():
+    policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,), latent_dim=4))
+    with pytest.raises(ValueError, match="latent size 4"):
+        ContinualLearner(VEHICLE, TINY, Bundle(1, 0, policy, VEHICLE))
+
+
+def test_non_policy_and_non_finite_ticks_are_not_stored():
+    learner = ContinualLearner(VEHICLE, TINY, base_bundle())
+    records = windy_records()
+    records.mode[:10] = 2  # fallback hold
+    records.state[10, 0] = np.nan
+    assert learner.ingest(records) == len(records) - 11
+    assert learner.rejected_ticks["not_policy_mode"] == 10
+    assert learner.rejected_ticks["non_finite"] == 1
+
+
+def test_update_without_a_full_window_is_a_rejection_not_a_crash():
+    learner = ContinualLearner(VEHICLE, TINY, base_bundle())
+    learner.ingest(windy_records().take(slice(0, 20)))  # shorter than one context window
+    result = learner.update()
+    assert not result.accepted and "not enough data" in result.reason

@@ -1,0 +1,475 @@
+"""The continual learner: replay in, validated bundle versions out (no middleware).
+
+Loop (issue 5 item 6): :meth:`ContinualLearner.ingest` stores POLICY-mode tick records
+(deduplicated by stamp, bounded by the replay's eviction rule); :meth:`should_update` says when
+enough new data and time have passed; :meth:`update` runs one cycle:
+
+1. segment the whole replay (gaps, mode changes) and build the transition dataset;
+2. fit the VND model, warm-started from the active bundle's model (the first update from a base
+   bundle without a model creates one with the default architecture); the fit re-encodes the
+   whole replay;
+3. train the policy on prior ⊕ D(., ., z), z ~ N(0, I) per rollout, warm-started from the
+   active policy (with z = 0 anchored on the prior, and the residual clipped to the observed
+   range and faded out away from the data: :mod:`policy_update`);
+4. validate (:mod:`validation`) and either emit bundle ``active.version + 1`` (which becomes
+   the active one) or reject it with a reason, leaving the active bundle in place.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vnd_core.bundle import Bundle
+from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
+from vnd_core.learner.policy_update import anchored_dynamics, train_policy_on_model
+from vnd_core.learner.records import MODE_POLICY, TickRecords
+from vnd_core.learner.replay import EvictionReport, ReplayBuffer
+from vnd_core.learner.segmenter import to_segments
+from vnd_core.learner.validation import (
+    ValidationConfig,
+    action_limit_violation,
+    hover_deviation_m,
+    make_eval_set,
+    model_rollout_cost,
+    model_worse_than_prior,
+    non_finite_tensor,
+)
+from vnd_core.policy import PolicyNet
+from vnd_core.trainer import Dynamics, TrainerConfig
+from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.data import NO_LABEL, TransitionDataset
+from vnd_core.vnd.features import prior_error
+from vnd_core.vnd.fit import FitConfig, fit_vnd
+from vnd_core.vnd.metrics import latent_knn_accuracy
+from vnd_core.vnd.model import VNDModel, VNDModelConfig
+
+# progress(stage, fraction of the whole cycle done in [0, 1])
+UpdateProgress = Callable[[str, float], None]
+# Share of the cycle each stage is reported over (progress only, not a time budget).
+_STAGE_SPAN = {"fit": (0.0, 0.4), "train": (0.4, 0.9), "validate": (0.9, 1.0)}
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    """Settings of the continual learner; ``quick()`` and ``full()`` are the two presets."""
+
+    control_period_s: float = CONTROL_PERIOD_S  # nominal period of the tick stream
+    gap_factor: float = 1.5  # a stamp step above this many periods breaks a segment (1 to 2)
+    capacity_ticks: int = 30_000  # replay capacity (10 min at 50 Hz)
+    chunk_ticks: int = 50  # eviction granularity (1 s)
+    eviction_clusters: int = 6  # k of the k-means partition the eviction balances
+    eviction_slack: float = 0.05  # an eviction pass frees this fraction of the capacity
+    min_new_ticks: int = 500  # new ticks needed before an update (10 s)
+    min_interval_s: float = 10.0  # time needed between two updates
+    min_windows: int = 64  # fit windows needed before the first update
+    model: VNDModelConfig = field(default_factory=VNDModelConfig)  # architecture of a new model
+    fit: FitConfig = field(default_factory=FitConfig)  # model fit per update
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # policy training per update
+    anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
+    validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
+    seed: int = 0  # seeds fit, training and eviction (each update offsets it by its version)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first impossible field."""
+        if not 1.0 < self.gap_factor < 2.0:
+            # below 2 a single missing (e.g. non-POLICY, not stored) tick always breaks a run
+            raise ValueError(f"gap_factor must be within (1, 2), got {self.gap_factor}")
+        if not self.control_period_s > 0:
+            raise ValueError(f"control_period_s must be > 0, got {self.control_period_s}")
+        for name in ("min_new_ticks", "min_windows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.min_interval_s < 0 or not 0 <= self.eviction_slack < 0.5:
+            raise ValueError("min_interval_s must be >= 0 and eviction_slack within [0, 0.5)")
+        self.fit.validate()
+
+    @classmethod
+    def quick(cls, **overrides) -> LearnerConfig:
+        """One update cycle in a few seconds of one core on about a minute of flight."""
+        base = {
+            "capacity_ticks": 6_000,
+            "min_new_ticks": 250,
+            "min_interval_s": 5.0,
+            "fit": FitConfig.quick(seed=0),
+            "trainer": TrainerConfig(
+                num_envs=64,
+                horizon_ticks=16,
+                episode_ticks=150,
+                iterations=10,
+                learning_rate=1e-3,
+            ),
+            "validation": ValidationConfig(eval_rollouts=32, eval_ticks=50, hover_ticks=100),
+        }
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def full(cls, **overrides) -> LearnerConfig:
+        """The deployed learner: longer fits and policy training, wider validation."""
+        base = {
+            "fit": FitConfig(steps=400, batch_size=128),
+            "trainer": TrainerConfig(
+                num_envs=256,
+                horizon_ticks=32,
+                iterations=100,
+                learning_rate=1e-3,
+            ),
+            "validation": ValidationConfig(eval_rollouts=128, eval_ticks=150),
+        }
+        return cls(**{**base, **overrides})
+
+
+@dataclass
+class UpdateResult:
+    """Outcome of one update cycle."""
+
+    accepted: bool  # True: ``bundle`` passed every gate and is now the active bundle
+    bundle: Bundle | None  # the new version (None when the cycle failed before emitting one)
+    reason: str  # why it was rejected ("" when accepted)
+    fit_s: float  # wall time of the model fit (with dataset build and re-encoding)
+    train_s: float  # wall time of the policy training
+    validate_s: float  # wall time of the validation gates
+    total_s: float  # wall time of the whole cycle
+    metrics: dict  # losses, data counts, validation figures (JSON-able)
+
+
+class ContinualLearner:
+    """Replay, update decisions and update cycles around an active bundle."""
+
+    def __init__(self, vehicle: VehicleParams, config: LearnerConfig, active: Bundle):
+        config.validate()
+        self.vehicle = vehicle
+        self.config = config
+        latent_dim = (
+            active.model.latent_dim if active.model is not None else config.model.latent_dim
+        )
+        if active.policy.latent_dim != latent_dim:
+            raise ValueError(
+                f"bundle v{active.version}: policy latent size {active.policy.latent_dim} "
+                f"differs from the model latent size {latent_dim}"
+            )
+        self._active = active
+        self.replay = ReplayBuffer(
+            config.capacity_ticks,
+            config.control_period_s,
+            config.gap_factor,
+            config.chunk_ticks,
+            config.eviction_clusters,
+            config.eviction_slack,
+            config.seed,
+        )
+        self.label_ids: dict[str, int] = {}  # condition name -> label (evaluation only)
+        self.new_ticks = 0  # ticks stored since the last update started
+        self.rejected_ticks = {"not_policy_mode": 0, "non_finite": 0, "duplicate": 0}
+        self.last_eviction: EvictionReport | None = None
+        self._last_update_s = -math.inf
+        self._now_s = 0.0
+        # Fault-injection seam: called on the trained candidate policy before validation.
+        self.candidate_hook: Callable[[PolicyNet], None] | None = None
+        # The first optimiser built in a process imports torch's compiler stack (seconds);
+        # pay that here, not inside the first timed update.
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+    # ------------------------------------------------------------------ state
+    @property
+    def active(self) -> Bundle:
+        """The bundle new versions are trained from (the last accepted one)."""
+        return self._active
+
+    def set_active(self, bundle: Bundle) -> None:
+        """Continue from ``bundle`` (e.g. after an operator rollback)."""
+        self._active = bundle
+
+    @property
+    def ticks_stored(self) -> int:
+        """Ticks in the replay."""
+        return len(self.replay)
+
+    def status(self) -> dict:
+        """JSON-able counters for a status topic: replay size, new ticks, refusals, eviction."""
+        eviction = self.last_eviction
+        return {
+            "active_version": self._active.version,
+            "ticks_stored": self.ticks_stored,
+            "capacity_ticks": self.config.capacity_ticks,
+            "new_ticks": self.new_ticks,
+            "rejected_ticks": dict(self.rejected_ticks),
+            "last_eviction_ticks": eviction.evicted_ticks if eviction else 0,
+        }
+
+    # ------------------------------------------------------------------ data
+    def ingest(self, records: TickRecords) -> int:
+        """Store the POLICY-mode, finite ticks of ``records`` not stored yet; returns how many
+        were stored. Evicts (see :mod:`replay`) when the capacity is exceeded."""
+        policy = records.mode == MODE_POLICY
+        finite = np.isfinite(records.state).all(axis=1) & np.isfinite(records.action).all(axis=1)
+        self.rejected_ticks["not_policy_mode"] += int((~policy).sum())
+        self.rejected_ticks["non_finite"] += int((policy & ~finite).sum())
+        keep = policy & finite
+        stored = self.replay.add(records.take(keep))
+        self.rejected_ticks["duplicate"] += int(keep.sum()) - stored
+        self.new_ticks += stored
+        if self.replay.over_capacity:
+            self.last_eviction = self.replay.evict(self._descriptors, self._min_run_ticks())
+        return stored
+
+    def should_update(self, now_s: float) -> bool:
+        """True when ``min_new_ticks`` arrived and ``min_interval_s`` passed since the last
+        update, and the replay holds enough windows; ``now_s`` is any monotonic clock."""
+        self._now_s = now_s
+        c = self.config
+        return (
+            self.new_ticks >= c.min_new_ticks
+            and now_s - self._last_update_s >= c.min_interval_s
+            and self._window_count() >= c.min_windows
+        )
+
+    # ------------------------------------------------------------------ update cycle
+    def update(self, progress: UpdateProgress | None = None) -> UpdateResult:
+        """Fit, train, validate; emit version ``active.version + 1`` or a rejection."""
+        start, cpu_start = time.perf_counter(), time.process_time()
+        self._last_update_s, self.new_ticks = self._now_s, 0
+        report = _Progress(progress)
+        active, c = self._active, self.config
+        version = active.version + 1
+        metrics: dict = {"version": version, "parent_version": active.version}
+
+        report("fit", 0.0)
+        model = self._start_model()
+        dataset = self._dataset(model.prior)
+        metrics["data"] = {
+            "ticks": self.ticks_stored,
+            "segments": dataset.num_segments,
+            "transitions": dataset.num_transitions,
+            "new_model": active.model is None,
+        }
+        needed = model.context_len + c.fit.horizon
+        if len(dataset.window_starts(model.context_len, c.fit.horizon)) == 0:
+            reason = f"not enough data: no run of {needed + 1} POLICY ticks in the replay"
+            elapsed = time.perf_counter() - start
+            return UpdateResult(False, None, reason, elapsed, 0.0, 0.0, elapsed, metrics)
+        fit_config = dataclasses.replace(c.fit, seed=c.fit.seed + c.seed + version)
+        fit = fit_vnd(
+            model,
+            dataset,
+            fit_config,
+            warm_start=active.model is not None,
+            progress=lambda i, n, _: report("fit", i / n),
+        )
+        metrics["fit"] = {"steps": fit.steps, "windows": fit.num_windows, **fit.final}
+        metrics["latents"] = self._latent_metrics(fit.latents)
+        fit_s = time.perf_counter() - start
+
+        report("train", 0.0)
+        policy = copy.deepcopy(active.policy)
+        residual_bound = dataset.tensors()["targets"].abs().amax(dim=0)
+        trainer_config = dataclasses.replace(c.trainer, seed=c.trainer.seed + c.seed + version)
+        summary = train_policy_on_model(
+            policy,
+            model,
+            self.vehicle,
+            trainer_config,
+            progress=lambda i, n, _: report("train", i / n),
+            anchor_fraction=c.anchor_fraction,
+            residual_bound=residual_bound,
+        )
+        metrics["train"] = {
+            k: summary[k] for k in ("iterations", "first_loss", "final_loss", "final_pos_error_m")
+        }
+        if self.candidate_hook is not None:
+            self.candidate_hook(policy)
+        train_s = time.perf_counter() - start - fit_s
+
+        report("validate", 0.0)
+        reason, checks = self._validate(
+            policy, anchored_dynamics(model, residual_bound), model, dataset
+        )
+        metrics["validation"] = checks
+        validate_s = time.perf_counter() - start - fit_s - train_s
+        total_s = time.perf_counter() - start
+        metrics["timing_s"] = {
+            "fit": round(fit_s, 3),
+            "train": round(train_s, 3),
+            "validate": round(validate_s, 3),
+            "total": round(total_s, 3),
+            "cpu_total": round(time.process_time() - cpu_start, 3),  # wall on an idle core
+        }
+        report("validate", 1.0)
+        if reason is not None:
+            return UpdateResult(False, None, reason, fit_s, train_s, validate_s, total_s, metrics)
+        bundle = Bundle(
+            version=version,
+            parent_version=active.version,
+            policy=policy.eval(),
+            vehicle=self.vehicle,
+            model=model.eval(),
+            summary=_json_safe(metrics),
+        )
+        self._active = bundle
+        return UpdateResult(True, bundle, "", fit_s, train_s, validate_s, total_s, metrics)
+
+    # ------------------------------------------------------------------ internals
+    def _start_model(self) -> VNDModel:
+        """A copy of the active model (warm start), or a fresh default one, seeded."""
+        if self._active.model is not None:
+            return copy.deepcopy(self._active.model)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.config.seed)
+            return VNDModel(self.vehicle, self.config.model)
+
+    def _dataset(self, prior) -> TransitionDataset:
+        """Transition dataset of every learnable segment of the replay."""
+        segments = to_segments(
+            self.replay.records,
+            self.config.control_period_s,
+            self.config.gap_factor,
+            self.label_ids,
+        )
+        return TransitionDataset(prior, segments)
+
+    def _context_len(self) -> int:
+        model = self._active.model
+        return model.context_len if model is not None else self.config.model.context_len
+
+    def _min_run_ticks(self) -> int:
+        """Shortest run that yields a fit window: C context transitions, K targets, + 1 state."""
+        return self._context_len() + self.config.fit.horizon + 1
+
+    def _window_count(self) -> int:
+        """Fit windows the replay holds now (cheap: from stamps and modes only)."""
+        chunks, _ = self.replay.chunks(self._min_run_ticks())
+        if not chunks:
+            return 0
+        lengths, run_stop = [], -1
+        for chunk in chunks:  # chunks of one run are adjacent: rebuild run lengths
+            if chunk.start == run_stop:
+                lengths[-1] += chunk.stop - chunk.start
+            else:
+                lengths.append(chunk.stop - chunk.start)
+            run_stop = chunk.stop
+        return sum(n - self._min_run_ticks() + 1 for n in lengths)
+
+    def _descriptors(self, records: TickRecords, chunks: list[slice]) -> np.ndarray:
+        """Condition descriptor (M, d) per chunk: the active encoder's latent of the chunk's
+        last context window, or, with no model yet, the chunk's mean prior error."""
+        model = self._active.model
+        if model is not None:
+            c = model.context_len
+            states = torch.stack(
+                [torch.as_tensor(records.state[s.stop - c - 1 : s.stop]) for s in chunks]
+            ).float()
+            actions = torch.stack(
+                [torch.as_tensor(records.action[s.stop - c - 1 : s.stop - 1]) for s in chunks]
+            ).float()
+            with torch.no_grad():
+                return model.encode(states, actions).numpy()
+        prior = NominalModel(self.vehicle)
+        rows = []
+        with torch.no_grad():
+            for s in chunks:
+                states = torch.as_tensor(records.state[s]).float()
+                actions = torch.as_tensor(records.action[s]).float()
+                rows.append(prior_error(prior, states[:-1], actions[:-1], states[1:]).mean(0))
+        return torch.stack(rows).numpy()
+
+    def _latent_metrics(self, latents) -> dict:
+        """Spread of the re-encoded latents and, with condition labels, their k-NN accuracy."""
+        if latents is None or len(latents.z) == 0:
+            return {}
+        out = {
+            "windows": len(latents.z),
+            "z_mean_norm": float(latents.z.mean(0).norm()),
+            "z_std_mean": float(latents.z.std(0).mean()) if len(latents.z) > 1 else 0.0,
+        }
+        labelled = latents.labels[latents.labels != NO_LABEL]
+        if len(labelled.unique()) >= 2 and len(labelled) > 5:
+            out["knn_accuracy"] = latent_knn_accuracy(latents.z, latents.labels, max_points=1000)
+        return out
+
+    def _validate(
+        self, policy: PolicyNet, dynamics: Dynamics, model: VNDModel, dataset: TransitionDataset
+    ) -> tuple[str | None, dict]:
+        """Run the gates in order; (first failure reason or None, figures)."""
+        v = self.config.validation
+        checks: dict = {}
+        reason = non_finite_tensor(policy, "policy") or non_finite_tensor(model, "model")
+        if reason:
+            return reason, checks
+        reason = action_limit_violation(policy, self.vehicle, v.probe_observations, v.seed)
+        if reason:
+            return reason, checks
+        reason, checks["model_check"] = model_worse_than_prior(model, dataset, v)
+        if reason:
+            return reason, checks
+        active = self._active
+        eval_set = make_eval_set(model, active.model, active.policy.latent_dim, dataset, v)
+        dt_s = model.prior.config.dt_s
+        candidate_cost = model_rollout_cost(
+            policy,
+            eval_set.z_model,
+            dynamics,
+            eval_set,
+            v.eval_ticks,
+            v.crash_distance_m,
+            dt_s,
+            v.delay_ticks,
+        )
+        active_cost = model_rollout_cost(
+            active.policy,
+            eval_set.z_active,
+            dynamics,
+            eval_set,
+            v.eval_ticks,
+            v.crash_distance_m,
+            dt_s,
+            v.delay_ticks,
+        )
+        checks["cost_m"] = {"candidate": candidate_cost, "active": active_cost}
+        allowed = active_cost * (1.0 + v.cost_margin_frac) + v.cost_margin_m
+        if not candidate_cost <= allowed:
+            return (
+                f"cost on learned-model rollouts {candidate_cost:.4f} m exceeds the active "
+                f"policy's {active_cost:.4f} m beyond the margin (allowed {allowed:.4f} m)",
+                checks,
+            )
+        deviation = hover_deviation_m(policy, self.vehicle, v.hover_ticks)
+        checks["hover_deviation_m"] = deviation
+        if not deviation <= v.hover_max_dev_m:
+            return (
+                f"hover sanity: deviation {deviation:.3f} m from rest on the prior with z = 0 "
+                f"exceeds {v.hover_max_dev_m} m",
+                checks,
+            )
+        return None, checks
+
+
+class _Progress:
+    """Maps per-stage fractions to the whole cycle and forwards them (if a callback is set)."""
+
+    def __init__(self, callback: UpdateProgress | None):
+        self.callback = callback
+
+    def __call__(self, stage: str, fraction: float) -> None:
+        if self.callback is not None:
+            low, high = _STAGE_SPAN[stage]
+            self.callback(stage, low + (high - low) * min(max(fraction, 0.0), 1.0))
+
+
+def _json_safe(value):
+    """``value`` with non-finite floats replaced by None (bundle metadata is strict JSON)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.generic):
+        return _json_safe(value.item())
+    return value

@@ -1,0 +1,234 @@
+"""Gates a candidate bundle must pass before it replaces the active one.
+
+1. Finite: every policy and model weight and buffer is finite.
+2. Within limits: on probe observations (typical, wide and absurd), every command is finite and
+   inside the vehicle's thrust and body-rate limits.
+3. Model sanity: the new model's open-loop position error on the replay data is not worse than
+   the prior alone (beyond a margin): otherwise the policy was trained on a worse world model.
+4. Cost on learned-model rollouts: closed loop on the new model (as the policy was trained on
+   it), for conditions taken from the replay (windows encoded by the new encoder for the
+   candidate; the active policy reads its own encoder's latent of the same windows, or z = 0
+   without one). Half of the rollouts hold position from the replay state after the window
+   (station keeping under the conditions actually met), half track random references.
+   The candidate's mean position error may exceed the active policy's by at most
+   ``cost_margin_frac`` (plus ``cost_margin_m``).
+5. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
+   within ``hover_max_dev_m`` for ``hover_ticks``.
+
+Each gate returns a reason string when it fails; the first failure rejects the candidate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from vnd_core.dynamics import NominalModel
+from vnd_core.policy import PolicyNet
+from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
+from vnd_core.so3 import exp_map, quat_mul
+from vnd_core.state import POS, QUAT, VEL, hover_state
+from vnd_core.trainer import Dynamics
+from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.metrics import open_loop_errors
+from vnd_core.vnd.model import VNDModel
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """Settings of the candidate gates."""
+
+    probe_observations: int = 256  # random observations of the limits check
+    model_check_horizon: int = 10  # open-loop steps of the model-vs-prior check
+    model_check_windows: int = 256  # windows of that check (evenly spread over the replay)
+    model_margin_frac: float = 0.1  # model error may exceed the prior's by this fraction
+    eval_rollouts: int = 64  # closed-loop rollouts on the learned model, per policy
+    eval_ticks: int = 100  # ticks per rollout (2 s)
+    hold_fraction: float = 0.5  # rollouts that hold position from a replay state (the rest track)
+    delay_ticks: int = 1  # command latency of the cost rollouts (the plant has 1 to 2 ticks)
+    cost_margin_frac: float = 0.05  # candidate cost may exceed the active one by this fraction
+    cost_margin_m: float = 0.005  # plus this absolute margin (m) against noise on tiny costs
+    crash_distance_m: float = 2.0  # errors are capped here (a diverged rollout costs this much)
+    hover_ticks: int = 150  # length of the hover sanity check (3 s)
+    hover_max_dev_m: float = 0.1  # allowed position deviation in the hover check
+    seed: int = 1234  # seeds the probes, references and initial states (same for both policies)
+
+
+def non_finite_tensor(module: torch.nn.Module, what: str) -> str | None:
+    """Reason naming the first non-finite floating tensor of ``module``, or None."""
+    for name, tensor in module.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            return f"{what} tensor '{name}' has non-finite values"
+    return None
+
+
+@torch.no_grad()
+def action_limit_violation(
+    policy: PolicyNet, vehicle: VehicleParams, count: int, seed: int
+) -> str | None:
+    """Reason when a probe observation gives a non-finite or out-of-limit command, else None."""
+    generator = torch.Generator().manual_seed(seed)
+    mean, std = policy.normalizer.mean, policy.normalizer.std
+    dim = mean.shape[0]
+    scales = torch.tensor([1.0, 5.0, 1e3]).repeat_interleave(count // 3 + 1)[:count, None]
+    obs = mean + std * scales * torch.randn(count, dim, generator=generator)
+    action = policy(obs)
+    if not bool(torch.isfinite(action).all()):
+        return "policy gives non-finite commands on probe observations"
+    low = torch.tensor([vehicle.thrust_min_n, *[-r for r in vehicle.body_rate_max_radps]])
+    high = torch.tensor([vehicle.thrust_max_n, *vehicle.body_rate_max_radps])
+    if bool((action < low - 1e-4).any() or (action > high + 1e-4).any()):
+        return "policy commands outside the vehicle limits on probe observations"
+    return None
+
+
+@torch.no_grad()
+def hover_deviation_m(policy: PolicyNet, vehicle: VehicleParams, ticks: int) -> float:
+    """Largest distance (m) from the hover point over ``ticks`` ticks of hovering from rest on
+    the prior, z = 0, no noise. NaN if the rollout goes non-finite."""
+    prior = NominalModel(vehicle)
+    spec = ReferenceSpec(kind="hover", center_m=(0.0, 0.0, 1.0))
+    trajectory = Trajectory.from_spec(spec, 1)
+    state = hover_state((1,), position_m=spec.center_m)
+    prev = policy.action_offset.expand(1, max(policy.config.n_prev_actions, 1), 4).clone()
+    z = torch.zeros(1, policy.latent_dim)
+    worst = 0.0
+    for k in range(ticks):
+        t_s = torch.full((1,), k * prior.config.dt_s)
+        n_prev = policy.config.n_prev_actions
+        action = policy(policy.observation.build_from(state, trajectory, t_s, prev[:, :n_prev], z))
+        prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
+        state = prior(state, action)
+        deviation = float((state[0, POS] - torch.tensor(spec.center_m)).norm())
+        if deviation != deviation:  # NaN
+            return float("nan")
+        worst = max(worst, deviation)
+    return worst
+
+
+@dataclass
+class EvalSet:
+    """Shared conditions of the learned-model cost check (identical for both policies)."""
+
+    z_model: torch.Tensor  # (R, nz) latents of the new model (drive its dynamics)
+    z_active: torch.Tensor  # (R, nz_active) what the active policy reads for the same windows
+    trajectory: Trajectory  # (R) random references
+    initial: torch.Tensor  # (R, 13) perturbed initial states
+
+
+def make_eval_set(
+    model: VNDModel,
+    active_model: VNDModel | None,
+    active_latent_dim: int,
+    dataset: TransitionDataset,
+    config: ValidationConfig,
+) -> EvalSet:
+    """Draw R replay windows (seeded) for the conditions, and the references and initial
+    states: ``hold_fraction`` of them hold position from the replay state that follows the
+    window, the others track random references from perturbed starts."""
+    generator = torch.Generator().manual_seed(config.seed)
+    r = config.eval_rollouts
+    starts = dataset.window_starts(model.context_len, 0)
+    pick = starts[torch.randint(len(starts), (r,), generator=generator)]
+    with torch.no_grad():
+        z_model = model.encoder(dataset.context(pick, model.context_len))
+        if active_model is not None:
+            # The window ends at the same transition for both encoders (context lengths may
+            # differ, a shorter one reads only the most recent part).
+            c_old = min(active_model.context_len, model.context_len)
+            offset = model.context_len - c_old
+            z_active = active_model.encoder(dataset.context(pick + offset, c_old))
+        else:
+            z_active = torch.zeros(r, active_latent_dim)
+    # Station keeping from replay states: each of the first rollouts starts at the state its
+    # latent was encoded for (real condition, real motion) and must hold that position.
+    n_hold = round(config.hold_fraction * r)
+    replay_state = dataset.tensors()["next"][pick[:n_hold] + model.context_len - 1]
+    hold = Trajectory(
+        kind=torch.full((n_hold,), KINDS.index("hover"), dtype=torch.long),
+        center_m=replay_state[:, POS].clone(),
+        amplitude_m=torch.zeros(n_hold),
+        period_s=torch.ones(n_hold),
+        phase_rad=torch.zeros(n_hold),
+    )
+    # Tracking random references from perturbed starts, as in training.
+    m = r - n_hold
+    moving = Trajectory.random(max(m, 1), generator=generator)  # (at least one: torch needs it)
+    ref = moving.sample(torch.zeros(max(m, 1)))
+    start = hover_state((max(m, 1),))
+    start[:, POS] = ref.position_m + 0.2 * torch.randn(max(m, 1), 3, generator=generator)
+    start[:, VEL] = ref.velocity_mps + 0.2 * torch.randn(max(m, 1), 3, generator=generator)
+    tilt = exp_map(0.1 * torch.randn(max(m, 1), 3, generator=generator))
+    start[:, QUAT] = quat_mul(start[:, QUAT], tilt)
+    trajectory = Trajectory(
+        kind=torch.cat([hold.kind, moving.kind[:m]]),
+        center_m=torch.cat([hold.center_m, moving.center_m[:m]]),
+        amplitude_m=torch.cat([hold.amplitude_m, moving.amplitude_m[:m]]),
+        period_s=2.0 * math.pi / torch.cat([hold.omega_radps, moving.omega_radps[:m]]),
+        phase_rad=torch.cat([hold.phase_rad, moving.phase_rad[:m]]),
+    )
+    initial = torch.cat([replay_state, start[:m]])
+    return EvalSet(z_model, z_active, trajectory, initial)
+
+
+@torch.no_grad()
+def model_rollout_cost(
+    policy: PolicyNet,
+    policy_z: torch.Tensor,
+    dynamics: Dynamics,
+    eval_set: EvalSet,
+    ticks: int,
+    crash_distance_m: float,
+    dt_s: float,
+    delay_ticks: int = 1,
+) -> float:
+    """Mean position error (m) of ``policy`` (reading ``policy_z`` (R, nz)) tracking the eval
+    references on ``dynamics`` (the learned model as the policy was trained on it) driven by
+    ``eval_set.z_model``; each command reaches the dynamics ``delay_ticks`` ticks late (the
+    deployed loop has at least that much latency, and the learned model cannot represent it);
+    errors capped at the crash distance, a non-finite state counts as a crash."""
+    state = eval_set.initial.clone()
+    r = state.shape[0]
+    n_prev = policy.config.n_prev_actions
+    prev = policy.action_offset.expand(r, max(n_prev, 1), 4).clone()
+    crashed = torch.zeros(r, dtype=torch.bool)
+    total = torch.zeros(r)
+    in_flight = [policy.action_offset.expand(r, 4)] * delay_ticks  # commands not applied yet
+    for k in range(ticks):
+        t_s = torch.full((r,), k * dt_s)
+        obs = policy.observation.build_from(
+            state, eval_set.trajectory, t_s, prev[:, :n_prev], policy_z
+        )
+        action = policy(obs)
+        prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
+        in_flight.append(action)
+        state = dynamics(state, in_flight.pop(0), eval_set.z_model)
+        ref = eval_set.trajectory.sample(t_s + dt_s).position_m
+        error = (state[:, POS] - ref).norm(dim=-1)
+        crashed |= ~(error < crash_distance_m)  # NaN compares False: a crash
+        total += torch.where(crashed, torch.full_like(error, crash_distance_m), error)
+        state = torch.where(crashed[:, None], eval_set.initial, state)  # keep crashed finite
+    return float(total.mean() / ticks)
+
+
+def model_worse_than_prior(
+    model: VNDModel, dataset: TransitionDataset, config: ValidationConfig
+) -> tuple[str | None, dict]:
+    """(reason or None, metrics): open-loop error of prior + D(z) vs the prior alone."""
+    errors = open_loop_errors(
+        model, dataset, (config.model_check_horizon,), config.model_check_windows
+    )
+    key = str(config.model_check_horizon)
+    if key not in errors["model_err_m"]:
+        return None, {}
+    prior_err, model_err = errors["prior_err_m"][key], errors["model_err_m"][key]
+    metrics = {"prior_err_m": prior_err, "model_err_m": model_err, "horizon": key}
+    if not model_err <= prior_err * (1.0 + config.model_margin_frac) + 1e-4:
+        return (
+            f"model {key}-step error {model_err:.4f} m is worse than the prior's {prior_err:.4f} m",
+            metrics,
+        )
+    return None, metrics
