@@ -1,0 +1,11 @@
+"""Evaluation of adaptation methods (``vnd eval``) and offline replay tools (issue 5 items 7-9).
+
+- :mod:`baselines`: the domain-randomised and oracle policies (a parametric disturbance model
+  on top of the prior) and the oracle's true-disturbance input.
+- :mod:`continual_loop`: the simulated-time continual loop (plant at 50 Hz, asynchronous
+  updates after a simulated compute delay) and the base / refit / vnd methods.
+- :mod:`report`: per-run metrics (RMSE, max error, crash, recovery time), aggregation over
+  seeds, results.json / results.md and plots.
+- :mod:`replay_bag`: rosbag2 (MCAP) reading and writing of vnd_msgs/msg/Transition without a
+  middleware.
+"""

@@ -1,0 +1,259 @@
+"""The non-learning baselines of ``vnd eval``: a domain-randomised policy and an oracle.
+
+Both are trained by the same differentiable-simulation trainer as everything else, on the
+prior extended by an explicit, parametric disturbance model (:class:`DisturbedPrior`):
+
+- wind: air velocity w (m/s, world) acting through the vehicle's own linear + quadratic drag on
+  the air-relative velocity, in the body frame (the true plant's drag law);
+- mass: an extra mass fraction (a payload; thrust buys less acceleration);
+- drag: a scale on the drag coefficients;
+- actuator loss: the fraction of collective thrust lost and the roll/pitch torque per newton of
+  thrust that a weak rotor (or an off-centre payload) produces.
+
+The disturbance is an 8-vector held in the trainer's per-episode ``z`` slot (normalised by
+:data:`DISTURBANCE_SCALE`), so the trainer draws it once per episode and resets it with the
+episode, exactly as it does for VND's latents:
+
+- **dr** (domain randomisation): wind, mass and drag are randomised (no actuator loss, as the
+  issue specifies) and the policy is *blind* to them: :class:`BlindLatentObservation` feeds it
+  z = 0, as it will get at deployment. One robust policy for every condition.
+- **oracle**: the same ranges plus actuator loss, and the policy *sees* the true disturbance
+  vector as its z input, in training and in flight (:func:`true_disturbance` computes it from
+  the true plant and the scenario's event list every tick). This is "a policy given the true
+  disturbance as input", an upper bound no deployable method can beat without luck.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vnd_core.dynamics import NominalModel
+from vnd_core.plant import ROTOR_COUNT, allocation_matrix
+from vnd_core.policy import ObservationBuilder, PolicyNet
+from vnd_core.scenario import (
+    PayloadEvent,
+    PayloadOffEvent,
+    PropDamageEvent,
+    PropRepairEvent,
+    Scenario,
+)
+from vnd_core.so3 import rotate, rotate_inverse
+from vnd_core.state import QUAT, VEL
+from vnd_core.trainer import PolicyTrainer, TrainerConfig
+from vnd_core.vehicle import VehicleParams
+
+DISTURBANCE_DIM = 8
+# Layout of the disturbance vector and the physical unit of one normalised unit per slot:
+# wind x, y, z [m/s], extra mass fraction, drag scale - 1, thrust loss fraction,
+# roll torque per thrust [m], pitch torque per thrust [m].
+DISTURBANCE_SCALE = (3.0, 3.0, 1.0, 0.2, 0.5, 0.1, 0.005, 0.005)
+WIND, MASS, DRAG, LOSS, TORQUE = slice(0, 3), 3, 4, 5, slice(6, 8)
+
+
+@dataclass(frozen=True)
+class RandomisationConfig:
+    """Ranges the disturbance vector is drawn from, once per training episode."""
+
+    wind_speed_max_mps: float = 6.0  # horizontal wind speed, uniform in [0, this]
+    wind_vertical_std_mps: float = 0.3  # vertical wind, normal
+    mass_fraction_range: tuple[float, float] = (-0.1, 0.4)  # extra mass / vehicle mass
+    drag_scale_range: tuple[float, float] = (0.7, 1.5)  # drag coefficient scale
+    damage_probability: float = 0.0  # chance an episode has one weakened rotor
+    efficiency_min: float = 0.6  # remaining thrust fraction of a weakened rotor, >= this
+
+    @classmethod
+    def domain_randomisation(cls) -> RandomisationConfig:
+        """Wind, mass and drag (the dr baseline)."""
+        return cls()
+
+    @classmethod
+    def oracle(cls) -> RandomisationConfig:
+        """Wind, mass, drag and rotor damage (the oracle sees them, so it must know all)."""
+        return cls(damage_probability=0.4)
+
+
+def _scale() -> torch.Tensor:
+    return torch.tensor(DISTURBANCE_SCALE)
+
+
+def actuator_terms(
+    vehicle: VehicleParams, efficiency: np.ndarray, com_offset_m: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Thrust loss fraction and roll/pitch torque per newton of collective thrust (2,) of rotor
+    ``efficiency`` (4,) with the centre of mass at ``com_offset_m`` (3,), for an even split of
+    thrust over the rotors (hover), relative to the nominal vehicle."""
+    nominal = allocation_matrix(vehicle)
+    actual = allocation_matrix(vehicle, tuple(float(c) for c in com_offset_m)) * efficiency
+    per_rotor = 1.0 / ROTOR_COUNT
+    loss = 1.0 - float(efficiency.sum()) * per_rotor
+    torque = (actual[1:3] - nominal[1:3]).sum(axis=1) * per_rotor
+    return loss, torque
+
+
+def sample_disturbance(
+    batch: int, generator: torch.Generator, vehicle: VehicleParams, config: RandomisationConfig
+) -> torch.Tensor:
+    """Normalised disturbance vectors (batch, 8) drawn from ``config``'s ranges."""
+
+    def uniform(low: float, high: float, n: int = 1) -> torch.Tensor:
+        return low + (high - low) * torch.rand(batch, n, generator=generator)
+
+    raw = torch.zeros(batch, DISTURBANCE_DIM)
+    speed = uniform(0.0, config.wind_speed_max_mps)
+    heading = uniform(0.0, 2.0 * math.pi)
+    raw[:, 0:1], raw[:, 1:2] = speed * heading.cos(), speed * heading.sin()
+    raw[:, 2:3] = config.wind_vertical_std_mps * torch.randn(batch, 1, generator=generator)
+    raw[:, MASS : MASS + 1] = uniform(*config.mass_fraction_range)
+    raw[:, DRAG : DRAG + 1] = uniform(*config.drag_scale_range) - 1.0
+    if config.damage_probability > 0:
+        damaged = torch.rand(batch, generator=generator) < config.damage_probability
+        rotor = torch.randint(ROTOR_COUNT, (batch,), generator=generator)
+        remaining = uniform(config.efficiency_min, 1.0)[:, 0]
+        for i in torch.nonzero(damaged).flatten().tolist():
+            efficiency = np.ones(ROTOR_COUNT)
+            efficiency[int(rotor[i])] = float(remaining[i])
+            loss, torque = actuator_terms(vehicle, efficiency, np.zeros(3))
+            raw[i, LOSS] = loss
+            raw[i, TORQUE] = torch.as_tensor(torque, dtype=raw.dtype)
+    return raw / _scale()
+
+
+class DisturbedPrior:
+    """``dynamics(state (B, 13), action (B, 4), z (B, 8)) -> next state (B, 13)``: the prior
+    under the disturbance that the normalised vector z describes (see the module docstring).
+
+    The prior integrates thrust and rates; the disturbance enters as a thrust correction (lost
+    thrust, heavier vehicle), an external drag force from the air-relative velocity and a body
+    torque, each held constant over the 20 ms tick (first-order, differentiable).
+    """
+
+    def __init__(self, vehicle: VehicleParams):
+        self.vehicle = vehicle
+        self.prior = NominalModel(vehicle)
+        self.dt_s = self.prior.config.dt_s
+        self.drag_lin = torch.tensor(vehicle.drag_linear_nspm)
+        self.drag_quad = torch.tensor(vehicle.drag_quadratic_ns2pm2)
+        self.inertia = torch.tensor(vehicle.inertia_kgm2)
+
+    def __call__(self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        d = z * _scale()
+        mass_ratio = 1.0 + d[:, MASS : MASS + 1]
+        thrust = action[:, :1] * (1.0 - d[:, LOSS : LOSS + 1])
+        # The prior only knows its nominal mass: hand it the thrust that gives the same
+        # acceleration on the heavier vehicle (gravity is per unit mass, unchanged).
+        nxt = self.prior(state, torch.cat([thrust / mass_ratio, action[:, 1:]], dim=1))
+        q = state[:, QUAT]
+        air_b = rotate_inverse(q, state[:, VEL] - d[:, WIND])
+        scale = 1.0 + d[:, DRAG : DRAG + 1]
+        drag_b = -scale * (self.drag_lin + self.drag_quad * air_b.abs()) * air_b
+        accel = rotate(q, drag_b) / (self.vehicle.mass_kg * mass_ratio)
+        torque = d[:, TORQUE] * action[:, :1]
+        omega_dot = torch.cat([torque / self.inertia[:2], torch.zeros_like(torque[:, :1])], 1)
+        dt = self.dt_s
+        delta = torch.cat(
+            [0.5 * dt * dt * accel, torch.zeros_like(q), dt * accel, dt * omega_dot], dim=1
+        )
+        return nxt + delta
+
+
+class BlindLatentObservation:
+    """An :class:`ObservationBuilder` that always writes z = 0 into the observation, so a policy
+    trained with it never sees the disturbance the trainer's dynamics read from z."""
+
+    def __init__(self, builder: ObservationBuilder):
+        self._builder = builder
+
+    def __getattr__(self, name: str):
+        return getattr(self._builder, name)
+
+    def build(self, state, ref_state, ref_head, prev_actions_norm, z) -> torch.Tensor:
+        """Same as :meth:`ObservationBuilder.build` with ``z`` replaced by zeros."""
+        return self._builder.build(
+            state, ref_state, ref_head, prev_actions_norm, torch.zeros_like(z)
+        )
+
+
+def train_randomised_policy(
+    policy: PolicyNet,
+    vehicle: VehicleParams,
+    trainer_config: TrainerConfig,
+    randomisation: RandomisationConfig,
+    sees_disturbance: bool,
+    progress=None,
+) -> dict:
+    """Train ``policy`` in place on :class:`DisturbedPrior` with disturbances drawn per episode
+    from ``randomisation``; ``sees_disturbance`` gives the policy the true vector as its z
+    (oracle) or zeros (domain randomisation). Returns the trainer's summary."""
+    if policy.latent_dim != DISTURBANCE_DIM:
+        raise ValueError(
+            f"the disturbance vector has {DISTURBANCE_DIM} entries, the policy's latent "
+            f"{policy.latent_dim}"
+        )
+
+    def sampler(batch: int, generator: torch.Generator) -> torch.Tensor:
+        return sample_disturbance(batch, generator, vehicle, randomisation)
+
+    policy.train()
+    trainer = PolicyTrainer(policy, DisturbedPrior(vehicle), vehicle, trainer_config, sampler)
+    if not sees_disturbance:
+        trainer.builder = BlindLatentObservation(trainer.builder)
+    summary = trainer.train(progress=progress)
+    policy.eval()
+    summary["randomisation"] = dataclasses.asdict(randomisation)
+    summary["sees_disturbance"] = sees_disturbance
+    return summary
+
+
+def true_disturbance(
+    scenario: Scenario, t_s: float, wind_mps: np.ndarray, vehicle: VehicleParams
+) -> np.ndarray:
+    """The oracle's z (8,) at scenario time ``t_s``: the plant's current air velocity
+    ``wind_mps`` (3,) and the payload and rotor damage the scenario's events have applied.
+
+    Drag scale is 0 (the plant's drag is the vehicle's own). A payload contributes its mass
+    fraction and the torque per thrust of the shifted centre of mass.
+    """
+    payload_kg, com = 0.0, np.zeros(3)
+    efficiency = np.ones(ROTOR_COUNT)
+    for event in scenario.events:
+        if event.at_s > t_s + 1e-9:
+            break
+        if isinstance(event, PayloadEvent):
+            payload_kg = event.mass_kg
+            com = np.asarray(event.com_offset_m) * payload_kg / (vehicle.mass_kg + payload_kg)
+        elif isinstance(event, PayloadOffEvent):
+            payload_kg, com = 0.0, np.zeros(3)
+        elif isinstance(event, PropDamageEvent):
+            efficiency[event.rotor] = event.efficiency
+        elif isinstance(event, PropRepairEvent):
+            efficiency[slice(None) if event.rotor is None else event.rotor] = 1.0
+    raw = np.zeros(DISTURBANCE_DIM)
+    raw[WIND] = wind_mps
+    raw[MASS] = payload_kg / vehicle.mass_kg
+    raw[LOSS], raw[TORQUE] = actuator_terms(vehicle, efficiency, com)
+    return (raw / np.asarray(DISTURBANCE_SCALE)).astype(np.float32)
+
+
+def clone_policy(policy: PolicyNet) -> PolicyNet:
+    """A copy of ``policy`` with its own weights (warm start without touching the original)."""
+    copy = PolicyNet(policy.vehicle, policy.config)
+    copy.load_state_dict(policy.state_dict())
+    return copy
+
+
+__all__ = [
+    "DISTURBANCE_DIM",
+    "DISTURBANCE_SCALE",
+    "BlindLatentObservation",
+    "DisturbedPrior",
+    "RandomisationConfig",
+    "clone_policy",
+    "sample_disturbance",
+    "train_randomised_policy",
+    "true_disturbance",
+]

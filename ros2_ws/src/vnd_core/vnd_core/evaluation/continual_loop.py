@@ -1,0 +1,463 @@
+"""The continual loop of ``vnd eval`` in simulated time, one method at a time.
+
+Every method flies the same true plant (:class:`~vnd_core.plant.TruePlant`, seeded) at 50 Hz
+through the same scenario. Each tick: the plant is measured (noisy), the method's controller
+acts (its policy, with z from the encoder for VND, z = 0 for base / dr / refit, the true
+disturbance for the oracle), the command goes to the plant, and the tick record goes to the
+method's learner once per second (in batches, as the replay topic delivers it).
+
+Updates are asynchronous, as on the vehicle: when a learner asks for one, the simulated clock
+stops, the update runs (fit + policy training + validation) and its wall time is measured;
+then the plant flies on with the *old* bundle for a simulated compute delay and the new bundle
+takes over at the first tick after it. The delay is, by default, the measured wall time of the
+update on this machine (``update_delay_s=None``), so a slower method adapts later; a fixed
+delay can be chosen for reproducible runs. While an update is pending no new one starts (one
+learner process). The delay actually used is recorded with every update marker.
+
+Scenario time scale: :func:`scale_scenario` multiplies the duration, every phase start and
+every event time by a factor (quick mode: 0.5). Disturbance physics (wind speeds, gust time
+constants, sinusoid periods) and the reference trajectory are not scaled.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vnd_core.bundle import Bundle
+from vnd_core.dynamics import CONTROL_PERIOD_S
+from vnd_core.evaluation.baselines import true_disturbance
+from vnd_core.flight.encoder_runtime import LatentEstimator
+from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords, to_segments
+from vnd_core.learner.records import MODE_POLICY
+from vnd_core.learner.validation import action_limit_violation, non_finite_tensor
+from vnd_core.plant import PlantConfig, TruePlant
+from vnd_core.policy import PolicyNet, PolicyRunner
+from vnd_core.reference import ReferenceSpec, Trajectory
+from vnd_core.scenario import Phase, Scenario
+from vnd_core.state import POS, hover_state
+from vnd_core.trainer import PolicyTrainer, zero_latent
+from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.fit import fit_vnd
+from vnd_core.vnd.model import VNDModel
+
+LATENT_NONE, LATENT_ENCODER, LATENT_ORACLE = "none", "encoder", "oracle"
+INGEST_EVERY_TICKS = 50  # the learner receives tick records once per second
+
+
+def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
+    """``scenario`` with its duration, phase starts and event times multiplied by ``factor``."""
+    if not factor > 0:
+        raise ValueError(f"time scale must be > 0, got {factor}")
+    if factor == 1.0:
+        return scenario
+    return dataclasses.replace(
+        scenario,
+        duration_s=scenario.duration_s * factor,
+        phases=tuple(Phase(p.name, p.start_s * factor) for p in scenario.phases),
+        events=tuple(dataclasses.replace(e, at_s=e.at_s * factor) for e in scenario.events),
+    )
+
+
+@dataclass
+class UpdateOutcome:
+    """What one learner update produced."""
+
+    bundle: Bundle | None  # the new bundle to fly (None: rejected or failed)
+    wall_s: float  # measured wall time of the update
+    reason: str = ""  # rejection reason ("" when accepted)
+    metrics: dict = field(default_factory=dict)  # method-specific figures (JSON-able)
+
+
+class Method:
+    """A controller plus (optionally) a learner; subclasses add adaptation.
+
+    ``latent_mode``: where the policy's z comes from each tick (none: z = 0, encoder: the
+    active bundle's VND encoder on the last C ticks, oracle: the true disturbance vector).
+    """
+
+    def __init__(self, name: str, bundle: Bundle, latent_mode: str = LATENT_NONE):
+        if latent_mode not in (LATENT_NONE, LATENT_ENCODER, LATENT_ORACLE):
+            raise ValueError(f"unknown latent mode {latent_mode!r}")
+        self.name = name
+        self.initial = bundle
+        self.latent_mode = latent_mode
+
+    def start(self, seed: int) -> Bundle:
+        """Forget everything learned; return the bundle the run starts with."""
+        return self.initial
+
+    def ingest(self, records: TickRecords) -> None:
+        """Receive one batch of tick records (no-op for static methods)."""
+
+    def should_update(self, now_s: float) -> bool:
+        """True when the learner wants to run an update now (never for static methods)."""
+        return False
+
+    def update(self) -> UpdateOutcome:
+        """Run one update (only called after :meth:`should_update` said yes)."""
+        raise NotImplementedError(f"method {self.name} does not adapt")
+
+
+class VNDMethod(Method):
+    """VND: the :class:`ContinualLearner` (replay of everything, latent-conditioned model)."""
+
+    def __init__(self, bundle: Bundle, config: LearnerConfig):
+        super().__init__("vnd", bundle, LATENT_ENCODER)
+        self.config = config
+        self.learner: ContinualLearner | None = None
+
+    def start(self, seed: int) -> Bundle:
+        """A fresh learner seeded with ``seed``."""
+        config = dataclasses.replace(self.config, seed=seed)
+        self.learner = ContinualLearner(self.initial.vehicle, config, self.initial)
+        return self.initial
+
+    def ingest(self, records: TickRecords) -> None:
+        """Into the learner's replay."""
+        self.learner.ingest(records)
+
+    def should_update(self, now_s: float) -> bool:
+        """The learner's own rule (new data and time since the last update)."""
+        return self.learner.should_update(now_s)
+
+    def update(self) -> UpdateOutcome:
+        """One fit -> train -> validate cycle of the learner."""
+        result = self.learner.update()
+        bundle = result.bundle if result.accepted else None
+        return UpdateOutcome(bundle, result.total_s, result.reason, result.metrics)
+
+
+@dataclass(frozen=True)
+class RefitConfig:
+    """LOTF-style online re-fitting: a latent-free residual on a rolling window of recent data."""
+
+    window_s: float = 8.0  # only the last this-many seconds of ticks are fitted (forgetting)
+    min_interval_s: float = 5.0  # simulated time between two updates (VND's rule, for fairness)
+    min_new_ticks: int = 250  # new ticks needed before an update (VND's rule)
+
+    @classmethod
+    def matching(cls, learner: LearnerConfig, window_s: float = 8.0) -> RefitConfig:
+        """The same update cadence as ``learner`` (its fit and trainer budgets are reused)."""
+        return cls(window_s, learner.min_interval_s, learner.min_new_ticks)
+
+
+class RefitMethod(Method):
+    """LOTF-style baseline: every few seconds fit a residual *without* latent (same network,
+    loss and optimiser budget as VND's, ``use_latent=False``) on the last ``window_s`` seconds
+    only, then fine-tune the policy on prior + residual (z = 0) with VND's trainer budget,
+    warm-started from the current policy. Older conditions are forgotten by construction.
+
+    The residual is re-fitted from scratch on the window at every update (weights and
+    normalisation statistics: statistics frozen on an old window would misscale a new
+    condition). Candidate gates: finite weights, commands within limits, and hover sanity on
+    the refit's own model (prior + residual): the VND learner's hover gate flies the calm prior
+    with z = 0, which a latent-free policy adapted to a steady wind fails by design. VND's other
+    gates (model quality, learned-model cost) can only make VND reject more, never less.
+    """
+
+    def __init__(self, bundle: Bundle, learner: LearnerConfig, config: RefitConfig):
+        super().__init__("refit", bundle, LATENT_NONE)
+        self.learner_config = learner
+        self.config = config
+        self.start(0)
+
+    def start(self, seed: int) -> Bundle:
+        """Empty window, fresh residual (seeded), base policy."""
+        self.seed = seed
+        self.records: list[TickRecords] = []
+        self.new_ticks = 0
+        self.last_update_s = -np.inf
+        self.now_s = 0.0
+        self.version = self.initial.version
+        self.policy = self.initial.policy
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.model = VNDModel(self.initial.vehicle, self.learner_config.model)
+        return self.initial
+
+    def ingest(self, records: TickRecords) -> None:
+        """Append, then drop ticks older than the window."""
+        self.records.append(records.take(records.mode == MODE_POLICY))
+        self.new_ticks += len(records)
+        newest = self.records[-1].stamp_ns[-1] if len(self.records[-1]) else 0
+        cutoff = newest - round(self.config.window_s * 1e9)
+        while self.records and (len(self.records[0]) == 0 or self.records[0].stamp_ns[-1] < cutoff):
+            self.records.pop(0)
+        if self.records:
+            self.records[0] = self.records[0].take(self.records[0].stamp_ns >= cutoff)
+
+    def should_update(self, now_s: float) -> bool:
+        """Enough new ticks and time since the last update."""
+        self.now_s = now_s
+        return (
+            self.new_ticks >= self.config.min_new_ticks
+            and now_s - self.last_update_s >= self.config.min_interval_s
+        )
+
+    def update(self) -> UpdateOutcome:
+        """Fit the latent-free residual on the window, fine-tune the policy, gate it."""
+        start = time.perf_counter()
+        self.last_update_s, self.new_ticks = self.now_s, 0
+        self.version += 1
+        c = self.learner_config
+        segments = to_segments(TickRecords.concat(self.records), c.control_period_s, c.gap_factor)
+        dataset = TransitionDataset(
+            self.model.prior, segments, self.model.config.action_delay_ticks
+        )
+        fit_config = dataclasses.replace(
+            c.fit, use_latent=False, encode_after=False, seed=c.fit.seed + self.seed + self.version
+        )
+        fit = fit_vnd(self.model, dataset, fit_config, warm_start=False)
+        policy = copy.deepcopy(self.policy)
+        policy.train()
+        trainer_config = dataclasses.replace(
+            c.trainer, seed=c.trainer.seed + self.seed + self.version
+        )
+        trainer = PolicyTrainer(
+            policy,
+            self.model.frozen_dynamics(),
+            self.initial.vehicle,
+            trainer_config,
+            zero_latent(policy.latent_dim),
+        )
+        summary = trainer.train()
+        policy.eval()
+        metrics = {
+            "window_ticks": dataset.num_transitions,
+            "fit": fit.final,
+            "train_final_loss": summary["final_loss"],
+        }
+        reason = self._gate(policy)
+        wall_s = time.perf_counter() - start
+        if reason:
+            return UpdateOutcome(None, wall_s, reason, metrics)
+        self.policy = policy
+        bundle = Bundle(
+            version=self.version,
+            parent_version=self.version - 1,
+            policy=policy,
+            vehicle=self.initial.vehicle,
+            summary={"kind": "refit baseline"},
+        )
+        return UpdateOutcome(bundle, wall_s, "", metrics)
+
+    def _gate(self, policy) -> str:
+        """First failing gate of the candidate ("" when it passes)."""
+        v = self.learner_config.validation
+        reason = non_finite_tensor(policy, "policy") or action_limit_violation(
+            policy, self.initial.vehicle, v.probe_observations, v.seed
+        )
+        if reason:
+            return reason
+        deviation = hover_deviation_on_model(policy, self.model, v.hover_ticks)
+        if not deviation <= v.hover_max_dev_m:
+            return (
+                f"hover sanity on prior + residual: deviation {deviation:.3f} m exceeds "
+                f"{v.hover_max_dev_m} m"
+            )
+        return ""
+
+
+@torch.no_grad()
+def hover_deviation_on_model(policy: PolicyNet, model: VNDModel, ticks: int) -> float:
+    """Largest distance (m) from the hover point over ``ticks`` ticks of hovering from rest on
+    ``model`` (prior + residual, z = 0), no noise; NaN if the rollout goes non-finite. The
+    refit baseline's analog of the VND learner's hover gate (which flies the calm prior with
+    z = 0, the condition a z = 0 policy is meant for): a refit policy is meant for its model."""
+    spec = ReferenceSpec(kind="hover", center_m=(0.0, 0.0, 1.0))
+    trajectory = Trajectory.from_spec(spec, 1)
+    state = hover_state((1,), position_m=spec.center_m)
+    n_prev = policy.config.n_prev_actions
+    prev = policy.action_offset.expand(1, max(n_prev, 1), 4).clone()
+    z = torch.zeros(1, model.latent_dim)
+    z_policy = torch.zeros(1, policy.latent_dim)
+    worst = 0.0
+    for k in range(ticks):
+        t_s = torch.full((1,), k * CONTROL_PERIOD_S)
+        obs = policy.observation.build_from(state, trajectory, t_s, prev[:, :n_prev], z_policy)
+        action = policy(obs)
+        prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
+        state = model.predict(state, action, z)
+        deviation = float((state[0, POS] - torch.tensor(spec.center_m)).norm())
+        if not np.isfinite(deviation):
+            return float("nan")
+        worst = max(worst, deviation)
+    return worst
+
+
+@dataclass
+class UpdateMarker:
+    """One update of a run, in simulated time."""
+
+    requested_s: float  # when the learner started the update (data up to here)
+    applied_s: float  # when its bundle took over (or would have, if rejected)
+    wall_s: float  # measured wall time of the update
+    accepted: bool  # a new bundle was flown
+    version: int  # version of the new bundle (0 if rejected)
+    reason: str  # rejection reason
+
+
+@dataclass
+class RunResult:
+    """One method flying one scenario with one seed."""
+
+    method: str
+    scenario: str
+    seed: int
+    time_s: np.ndarray  # (T,) scenario time after each tick
+    error_m: np.ndarray  # (T,) true position error after each tick
+    condition: np.ndarray  # (T,) str, true condition (phase name) during each tick
+    crashed: bool  # the plant reported a crash
+    updates: list[UpdateMarker]  # every update, in order
+    records: TickRecords  # every tick as the learner received it (with condition labels)
+    final_bundle: Bundle  # the bundle flying at the end
+    wall_s: float  # wall time of the whole run (flight + updates)
+
+
+def run_method(
+    method: Method,
+    scenario: Scenario,
+    seed: int,
+    update_delay_s: float | None = None,
+    plant_config: PlantConfig | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> RunResult:
+    """Fly ``scenario`` with ``method`` on a plant seeded with ``seed`` (see the module
+    docstring for the update timing; ``update_delay_s=None`` uses measured update times)."""
+    start = time.perf_counter()
+    bundle = method.start(seed)
+    plant = TruePlant(bundle.vehicle, scenario, 1, plant_config, seed=seed)
+    plant.reset(scenario.start_state(1))
+    trajectory = scenario.trajectory(1)
+    flight = _Flight(method, scenario, bundle)
+    n_ticks = round(scenario.duration_s / CONTROL_PERIOD_S)
+    rows: dict[str, list] = {k: [] for k in ("stamp", "state", "action", "pv", "ev", "cond")}
+    time_s, error_m = np.zeros(n_ticks), np.zeros(n_ticks)
+    updates: list[UpdateMarker] = []
+    pending: tuple[float, Bundle | None] | None = None  # (flies from, bundle or rejected)
+    ingested = 0
+    for tick in range(n_ticks):
+        t_s = plant.time_s
+        stamp_ns = round(t_s * 1e9)
+        measured = plant.measure()[0].double().numpy()
+        condition = plant.condition()
+        action, z_used = flight.act(measured, t_s, stamp_ns, plant)
+        state = plant.step(torch.from_numpy(action).float()[None])
+        flight.after_command(stamp_ns, action)
+        reference = trajectory.sample(torch.full((1,), plant.time_s)).position_m[0]
+        time_s[tick] = plant.time_s
+        error_m[tick] = float((state[0, POS] - reference).norm())
+        for key, value in (
+            ("stamp", stamp_ns),
+            ("state", measured),
+            ("action", action),
+            ("pv", flight.bundle.version),
+            ("ev", flight.bundle.version if z_used else 0),
+            ("cond", condition),
+        ):
+            rows[key].append(value)
+        now_s = plant.time_s
+        if pending is not None and now_s >= pending[0] - 1e-9:
+            if pending[1] is not None:
+                flight.use(pending[1])
+            pending = None
+        if (tick + 1) % INGEST_EVERY_TICKS == 0:
+            method.ingest(_records(rows, ingested, len(rows["stamp"])))
+            ingested = len(rows["stamp"])
+            last_tick = tick == n_ticks - 1  # an update started now could never fly
+            if pending is None and not last_tick and method.should_update(now_s):
+                marker, new_bundle = _run_update(method, now_s, update_delay_s)
+                updates.append(marker)
+                pending = (marker.applied_s, new_bundle)
+            if progress is not None:
+                progress(now_s / scenario.duration_s)
+    records = _records(rows, 0, len(rows["stamp"]))
+    return RunResult(
+        method=method.name,
+        scenario=scenario.name,
+        seed=seed,
+        time_s=time_s,
+        error_m=error_m,
+        condition=records.condition,
+        crashed=bool(plant.crashed.any()),
+        updates=updates,
+        records=records,
+        final_bundle=flight.bundle,
+        wall_s=time.perf_counter() - start,
+    )
+
+
+def _run_update(
+    method: Method, now_s: float, update_delay_s: float | None
+) -> tuple[UpdateMarker, Bundle | None]:
+    """Run one update of ``method`` requested at ``now_s``; its marker and its new bundle."""
+    outcome = method.update()
+    delay_s = outcome.wall_s if update_delay_s is None else update_delay_s
+    marker = UpdateMarker(
+        requested_s=now_s,
+        applied_s=now_s + delay_s,
+        wall_s=outcome.wall_s,
+        accepted=outcome.bundle is not None,
+        version=outcome.bundle.version if outcome.bundle is not None else 0,
+        reason=outcome.reason,
+    )
+    return marker, outcome.bundle
+
+
+class _Flight:
+    """The flying side of a method: policy runner and latent source of the active bundle."""
+
+    def __init__(self, method: Method, scenario: Scenario, bundle: Bundle):
+        self.method = method
+        self.scenario = scenario
+        self.estimator = LatentEstimator()
+        self.runner: PolicyRunner | None = None
+        self.use(bundle)
+
+    def use(self, bundle: Bundle) -> None:
+        """Fly ``bundle`` from the next tick on (previous commands and context carry over)."""
+        runner = PolicyRunner(bundle.policy, self.scenario.reference)
+        if self.runner is not None and len(runner.prev_actions) == len(self.runner.prev_actions):
+            runner.prev_actions = list(self.runner.prev_actions)
+        self.runner, self.bundle = runner, bundle
+        if self.method.latent_mode == LATENT_ENCODER:
+            self.estimator.set_model(bundle.model)
+
+    def act(
+        self, measured: np.ndarray, t_s: float, stamp_ns: int, plant: TruePlant
+    ) -> tuple[np.ndarray, bool]:
+        """Command (4,) for ``measured`` (13,) and whether a non-zero-by-design z was used."""
+        z = None
+        if self.method.latent_mode == LATENT_ENCODER:
+            self.estimator.add_odometry(stamp_ns, measured)
+            z = self.estimator.latent() if self.bundle.model is not None else None
+        elif self.method.latent_mode == LATENT_ORACLE:
+            wind = plant.wind_velocity_mps()[0].numpy()
+            z = true_disturbance(self.scenario, t_s, wind, self.bundle.vehicle)
+        return self.runner.act(measured, t_s, z), z is not None
+
+    def after_command(self, stamp_ns: int, action: np.ndarray) -> None:
+        """Tell the encoder's context which command answered the odometry at ``stamp_ns``."""
+        if self.method.latent_mode == LATENT_ENCODER:
+            self.estimator.add_command(stamp_ns, action)
+
+
+def _records(rows: dict[str, list], begin: int, end: int) -> TickRecords:
+    """Tick records of rows ``begin:end``."""
+    n = end - begin
+    return TickRecords(
+        stamp_ns=np.array(rows["stamp"][begin:end], dtype=np.int64),
+        state=np.array(rows["state"][begin:end]).reshape(n, 13),
+        action=np.array(rows["action"][begin:end]).reshape(n, 4),
+        mode=np.full(n, MODE_POLICY, dtype=np.uint8),
+        policy_version=np.array(rows["pv"][begin:end], dtype=np.uint32),
+        encoder_version=np.array(rows["ev"][begin:end], dtype=np.uint32),
+        condition=np.array(rows["cond"][begin:end], dtype=np.str_),
+    )

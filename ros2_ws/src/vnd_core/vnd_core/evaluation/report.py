@@ -1,0 +1,312 @@
+"""Figures of ``vnd eval``: per-run metrics, aggregation over seeds, results.json / results.md and
+plots (error over time with update markers; 2-D PCA of latents coloured by the true condition).
+
+Recovery time (also written into results.md): for every phase that starts after t = 0 (a
+condition appears or re-appears), the method's *steady level* S in that phase is the RMSE of
+its position error over the last third of the phase (at least 1 s). The *moving RMSE* m(t) is
+the RMSE over the ticks in (t - 1 s, t] that belong to the phase (so the previous phase never
+leaks in; at least 0.2 s of ticks, hence 0.2 s is the smallest possible value). The recovery
+time is the first t - onset at which m(t) <= 1.2 S and stays so for the next 0.5 s. A phase
+where that never happens counts as its full length (a lower bound) and is reported as censored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vnd_core.dynamics import CONTROL_PERIOD_S
+from vnd_core.evaluation.continual_loop import RunResult
+from vnd_core.learner import to_segments
+from vnd_core.scenario import Scenario
+from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.metrics import latent_knn_accuracy, open_loop_errors
+
+RECOVERY_FACTOR = 1.2  # "back within 1.2x of the steady level"
+MOVING_WINDOW_S = 1.0  # length of the moving RMSE window
+MIN_WINDOW_S = 0.2  # fewest seconds of in-phase ticks a moving RMSE is computed over
+HOLD_S = 0.5  # the moving RMSE must stay within the band this long
+STEADY_FRACTION = 1.0 / 3.0  # last fraction of a phase that defines its steady level
+METHOD_ORDER = ("base", "dr", "refit", "vnd", "oracle")
+
+
+def recovery_times(time_s: np.ndarray, error_m: np.ndarray, scenario: Scenario) -> list[dict]:
+    """Recovery of every phase onset after t = 0 (see the module docstring), in order: dicts of
+    phase, onset_s, steady_m, phase_rmse_m (RMSE over the whole phase), recovery_s (censored
+    values are the phase length), censored."""
+    dt = CONTROL_PERIOD_S
+    out = []
+    for name, begin_s, end_s in scenario.phase_spans()[1:]:
+        in_phase = (time_s > begin_s + 1e-9) & (time_s <= end_s + 1e-9)
+        idx = np.flatnonzero(in_phase)
+        if len(idx) == 0:
+            continue
+        err = error_m[idx]
+        steady_n = max(round(1.0 / dt), round(len(idx) * STEADY_FRACTION))
+        steady = float(np.sqrt(np.mean(err[-steady_n:] ** 2)))
+        window, first = round(MOVING_WINDOW_S / dt), round(MIN_WINDOW_S / dt)
+        csum = np.concatenate([[0.0], np.cumsum(err**2)])
+        ends = np.arange(first, len(idx) + 1)
+        starts = np.maximum(ends - window, 0)
+        moving = np.sqrt((csum[ends] - csum[starts]) / (ends - starts))
+        inside = moving <= RECOVERY_FACTOR * steady
+        hold = round(HOLD_S / dt)
+        recovered_at = None
+        for k in np.flatnonzero(inside):
+            if inside[k : k + hold + 1].all():
+                recovered_at = k
+                break
+        censored = recovered_at is None
+        recovery = (end_s - begin_s) if censored else float(ends[recovered_at] * dt)
+        out.append(
+            {
+                "phase": name,
+                "onset_s": float(begin_s),
+                "steady_m": steady,
+                "phase_rmse_m": float(np.sqrt(np.mean(err**2))),
+                "recovery_s": recovery,
+                "censored": censored,
+            }
+        )
+    return out
+
+
+def run_metrics(run: RunResult, scenario: Scenario) -> dict:
+    """Per-run figures: rmse_m, max_error_m, crashed, recoveries, update counts and times."""
+    accepted = [u for u in run.updates if u.accepted]
+    return {
+        "rmse_m": float(np.sqrt(np.mean(run.error_m**2))),
+        "max_error_m": float(np.max(run.error_m)),
+        "crashed": run.crashed,
+        "recoveries": recovery_times(run.time_s, run.error_m, scenario),
+        "updates": len(run.updates),
+        "updates_accepted": len(accepted),
+        "update_wall_s": [round(u.wall_s, 3) for u in run.updates],
+        "rejections": [u.reason for u in run.updates if not u.accepted],
+        "run_wall_s": round(run.wall_s, 1),
+    }
+
+
+def latent_analysis(run: RunResult, holdout_after_s: float | None = None) -> dict | None:
+    """Re-encode the whole run with the final bundle's model: latents (M, nz), labels,
+    condition names, k-NN accuracy of the true condition, and open-loop errors of prior vs
+    prior + residual(z) at 1/10/50 steps on the ticks flown after ``holdout_after_s`` (data
+    the final model was not fitted on; None: all ticks). None when there is no model."""
+    model = run.final_bundle.model
+    if model is None:
+        return None
+    label_ids: dict[str, int] = {}
+    segments = to_segments(run.records, CONTROL_PERIOD_S, 1.5, label_ids)
+    dataset = model.new_dataset(segments)
+    encoded = model.encode_all(dataset)
+    names = {v: k for k, v in label_ids.items()}
+    out: dict = {
+        "z": encoded.z.numpy(),
+        "labels": encoded.labels.numpy(),
+        "label_names": [names[i] for i in range(len(names))],
+        "knn_accuracy": None,
+    }
+    if len(np.unique(out["labels"])) >= 2 and len(out["labels"]) > 5:
+        out["knn_accuracy"] = latent_knn_accuracy(encoded.z, encoded.labels)
+    out["open_loop"] = _holdout_errors(model, run, holdout_after_s)
+    return out
+
+
+def _holdout_errors(model, run: RunResult, after_s: float | None) -> dict | None:
+    """open_loop_errors on the run's ticks after ``after_s`` (one segment), or None if too few."""
+    records = run.records
+    if after_s is not None:
+        records = records.take(records.stamp_ns >= round(after_s * 1e9))
+    segments = to_segments(records, CONTROL_PERIOD_S, 1.5)
+    dataset = TransitionDataset(model.prior, segments, model.config.action_delay_ticks)
+    if dataset.num_segments == 0 or len(dataset.window_starts(model.context_len, 50)) == 0:
+        return None
+    errors = open_loop_errors(model, dataset)
+    errors["ticks"] = dataset.num_transitions
+    return errors
+
+
+def aggregate(rows: Sequence[dict]) -> dict:
+    """Mean and spread (population std) over seeds of the per-run figures of one method and
+    scenario; recovery over every onset of every seed (censored ones at their phase length)."""
+    rmse = np.array([r["rmse_m"] for r in rows])
+    max_err = np.array([r["max_error_m"] for r in rows])
+    recoveries = [rec for r in rows for rec in r["recoveries"]]
+    rec_values = np.array([rec["recovery_s"] for rec in recoveries])
+    out = {
+        "rmse_m": float(rmse.mean()),
+        "rmse_m_std": float(rmse.std()),
+        "max_error_m": float(max_err.mean()),
+        "max_error_m_std": float(max_err.std()),
+        "crash_rate": float(np.mean([r["crashed"] for r in rows])),
+        "recovery_s": float(rec_values.mean()) if len(rec_values) else None,
+        "recovery_s_std": float(rec_values.std()) if len(rec_values) else None,
+        "recovery_censored": int(sum(rec["censored"] for rec in recoveries)),
+        "recovery_onsets": len(recoveries),
+        "seeds": len(rows),
+        "updates": float(np.mean([r["updates"] for r in rows])),
+        "updates_accepted": float(np.mean([r["updates_accepted"] for r in rows])),
+    }
+    walls = [w for r in rows for w in r["update_wall_s"]]
+    out["update_wall_s_mean"] = float(np.mean(walls)) if walls else None
+    last = [r["recoveries"][-1] for r in rows if r["recoveries"]]
+    if last:
+        out["recovery_last_onset_s"] = float(np.mean([rec["recovery_s"] for rec in last]))
+        out["recovery_last_onset_phase"] = last[0]["phase"]
+        out["recovery_last_onset_censored"] = int(sum(rec["censored"] for rec in last))
+        out["last_phase_rmse_m"] = float(np.mean([rec["phase_rmse_m"] for rec in last]))
+    return out
+
+
+# ---------------------------------------------------------------------------------- writing
+def _fmt(mean: float | None, std: float | None, digits: int = 3) -> str:
+    if mean is None or not math.isfinite(mean):
+        return "n/a"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" if std is not None else f"{mean:.{digits}f}"
+
+
+def write_results(out_dir: Path, results: list[dict], extra: dict) -> None:
+    """DIR/results.json (``{"results": [...], ...extra}``) and DIR/results.md."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = {"results": results, **extra}
+    (out_dir / "results.json").write_text(json.dumps(json_safe(payload), indent=2) + "\n")
+    (out_dir / "results.md").write_text(results_markdown(results, extra))
+
+
+def results_markdown(results: list[dict], extra: dict) -> str:
+    """The results table and the definitions, as Markdown."""
+    seeds = results[0]["seeds"] if results else 0
+    lines = [
+        "# vnd eval results",
+        "",
+        f"Mode: {extra.get('mode', '?')}; seeds: {seeds}; time scale: "
+        f"{extra.get('config', {}).get('time_scale', 1.0)}; wall time: "
+        f"{extra.get('wall_s', 0):.0f} s.",
+        "",
+        "| scenario | method | RMSE [m] | max error [m] | crash rate | recovery [s] "
+        "| censored | updates (accepted) | update wall [s] |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['scenario']} | {r['method']} | {_fmt(r['rmse_m'], r['rmse_m_std'])} "
+            f"| {_fmt(r['max_error_m'], r['max_error_m_std'])} | {r['crash_rate']:.2f} "
+            f"| {_fmt(r['recovery_s'], r['recovery_s_std'], 2)} "
+            f"| {r['recovery_censored']}/{r['recovery_onsets']} "
+            f"| {r['updates']:.1f} ({r['updates_accepted']:.1f}) "
+            f"| {_fmt(r['update_wall_s_mean'], None, 1)} |"
+        )
+    lines += ["", "Values are mean ± standard deviation over seeds (recovery: over every phase "]
+    lines += ["onset of every seed).", ""]
+    for key, title in (("headline", "Headline comparisons"), ("latent", "Latents")):
+        if extra.get(key):
+            lines += [f"## {title}", "", "```json", json.dumps(json_safe(extra[key]), indent=2)]
+            lines += ["```", ""]
+    lines += ["## Definitions", ""]
+    lines += [f"- {k}: {v}" for k, v in extra.get("definitions", {}).items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot_errors(out_path: Path, runs: dict[tuple[str, str], RunResult], scenarios: list[Scenario]):
+    """Moving (1 s) RMSE over time per scenario (one panel each), one line per method (first
+    seed), update markers at the times new bundles took over (hollow: rejected)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(scenarios), 1, figsize=(11, 3.2 * len(scenarios)), squeeze=False)
+    colours = dict(zip(METHOD_ORDER, ("C7", "C1", "C2", "C0", "C3"), strict=True))
+    for ax, scenario in zip(axes[:, 0], scenarios, strict=True):
+        for method in METHOD_ORDER:
+            run = runs.get((method, scenario.name))
+            if run is None:
+                continue
+            moving = _moving_rmse(run.error_m)
+            colour = colours[method]
+            ax.plot(run.time_s, moving * 100.0, color=colour, lw=1.0, label=method)
+            for u in run.updates:
+                ax.plot(
+                    [u.applied_s],
+                    [0.0],
+                    marker="^",
+                    color=colour,
+                    markerfacecolor=colour if u.accepted else "none",
+                    ms=6,
+                    clip_on=False,
+                )
+        ax.set(title=scenario.name, xlabel="time [s]", ylabel="1 s moving RMSE [cm]")
+        ax.set_ylim(bottom=0.0)
+        for name, begin_s, _ in scenario.phase_spans()[1:]:
+            ax.axvline(begin_s, color="k", lw=0.6, alpha=0.4)
+            ax.text(begin_s, ax.get_ylim()[1] * 0.85, f" {name}", fontsize=7, alpha=0.7)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, ncol=5, loc="upper right")
+    fig.tight_layout()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=90)
+    plt.close(fig)
+
+
+def plot_latents(out_path: Path, analysis: dict, title: str) -> None:
+    """2-D PCA projection of the latents, coloured by the true condition."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    z, labels = analysis["z"], analysis["labels"]
+    xy = pca_2d(z)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for i, name in enumerate(analysis["label_names"]):
+        pick = labels == i
+        ax.scatter(xy[pick, 0], xy[pick, 1], s=3, alpha=0.5, label=name)
+    acc = analysis.get("knn_accuracy")
+    ax.set(title=f"{title} (k-NN acc {acc:.3f})" if acc is not None else title)
+    ax.set(xlabel="PC 1", ylabel="PC 2")
+    ax.legend(markerscale=4, fontsize=8)
+    fig.tight_layout()
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out_path, dpi=90)
+    plt.close(fig)
+
+
+def pca_2d(z: np.ndarray) -> np.ndarray:
+    """Projection (M, 2) of ``z`` (M, nz) on its first two principal axes."""
+    centred = z - z.mean(axis=0)
+    if len(z) < 2:
+        return np.zeros((len(z), 2))
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    basis = vt[:2].T
+    if basis.shape[1] < 2:
+        basis = np.pad(basis, ((0, 0), (0, 2 - basis.shape[1])))
+    return centred @ basis
+
+
+def _moving_rmse(error_m: np.ndarray) -> np.ndarray:
+    """Trailing 1 s RMSE at every tick (shorter windows at the start)."""
+    window = round(MOVING_WINDOW_S / CONTROL_PERIOD_S)
+    csum = np.concatenate([[0.0], np.cumsum(error_m**2)])
+    ends = np.arange(1, len(error_m) + 1)
+    starts = np.maximum(ends - window, 0)
+    return np.sqrt((csum[ends] - csum[starts]) / (ends - starts))
+
+
+def json_safe(value):
+    """Strict JSON: non-finite floats -> None, numpy/torch scalars and arrays -> Python."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, np.ndarray | torch.Tensor):
+        return json_safe(value.tolist())
+    if isinstance(value, np.generic):
+        return json_safe(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
