@@ -232,16 +232,26 @@ class PolicyTrainer:
         return ref_state.transpose(0, 1).contiguous(), ref_head.transpose(0, 1).contiguous()
 
     def _step(
-        self, ref_state: torch.Tensor, ref_head: torch.Tensor, ref_state_next: torch.Tensor
+        self,
+        ref_state: torch.Tensor,
+        ref_head: torch.Tensor,
+        ref_state_next: torch.Tensor,
+        noise: torch.Tensor,
+        delay_index: torch.Tensor,
     ) -> torch.Tensor:
-        """Advance every environment one tick; returns the per-environment cost (B,)."""
+        """Advance every environment one tick; returns the per-environment cost (B,).
+
+        ``noise`` (B, 13) standard-normal draws of this tick's observation noise;
+        ``delay_index`` (B, 1, 4) command age of each environment (see :meth:`_delay_index`).
+        """
         env = self.env
-        noisy = torch.addcmul(env.state, self.noise_std, self._randn(*env.state.shape))
+        noisy = torch.addcmul(env.state, self.noise_std, noise)
         prev_obs = env.history[:, : self.n_prev_cols]
         obs = self.builder.build(noisy, ref_state, ref_head, prev_obs, env.z)
         u = self.policy.forward_normalised(obs)  # (B, 4) in [-1, 1]
         commands = torch.cat([u, env.history], dim=1)  # ages 0..K, newest first
-        delayed = torch.bmm(env.delay_weights, commands.view(-1, self.history_len + 1, 4))
+        # picking the delayed command by index equals the one-hot product, with fewer ops
+        delayed = commands.view(-1, self.history_len + 1, 4).gather(1, delay_index)
         target = self.policy.to_physical(delayed.squeeze(1))
         applied = torch.addcmul(env.applied, env.lag_alpha, target - env.applied)
         nxt = self.dynamics(env.state, applied, env.z)
@@ -250,6 +260,12 @@ class PolicyTrainer:
         env.state, env.applied = nxt, applied
         env.history = commands[:, : 4 * self.history_len]
         return cost
+
+    def _delay_index(self) -> torch.Tensor:
+        """Command age per environment from the one-hot ``delay_weights``, as a (B, 1, 4) index
+        for ``gather`` over the (B, K + 1, 4) command history."""
+        age = self.env.delay_weights.argmax(dim=-1, keepdim=True)  # (B, 1, 1)
+        return age.expand(-1, 1, 4)
 
     def _cost_weights(self) -> torch.Tensor:
         """Per-state-component weights (13,) of the squared tracking error."""
@@ -285,9 +301,15 @@ class PolicyTrainer:
         c = self.config
         self._cut_bptt()
         ref_state, ref_head = self._window_references()
-        total = torch.zeros(self.env.state.shape[0])
+        batch = self.env.state.shape[0]
+        # one draw for the window: the same numbers, in the same order, as one draw per tick
+        noise = self._randn(c.horizon_ticks, batch, STATE_DIM)
+        delay_index = self._delay_index()
+        total = torch.zeros(batch)
         for h in range(c.horizon_ticks):
-            total = total + self._step(ref_state[h], ref_head[h], ref_state[h + 1])
+            total = total + self._step(
+                ref_state[h], ref_head[h], ref_state[h + 1], noise[h], delay_index
+            )
         loss = total.mean() / c.horizon_ticks
         with torch.no_grad():
             pos_err = (self.env.state[:, POS] - ref_state[-1][:, POS]).norm(dim=-1).mean()
