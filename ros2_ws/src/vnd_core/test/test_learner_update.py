@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -137,3 +138,21 @@ def test_update_without_a_full_window_is_a_rejection_not_a_crash():
     learner.ingest(windy_records().take(slice(0, 20)))  # shorter than one context window
     result = learner.update()
     assert not result.accepted and "not enough data" in result.reason
+
+
+def test_first_update_starts_from_the_base_policy_not_from_its_untrained_z_weights():
+    """A base policy trained with z = 0 has random weights on its z inputs (as the shipped one
+    does); the first update must zero them, so a candidate trained with step size 0 flies
+    exactly like the active policy (which reads z = 0) on the learned-model rollouts."""
+    active = base_bundle()
+    with torch.no_grad():
+        active.policy.net[0].weight[:, -active.policy.latent_dim :].normal_(0.0, 0.3)
+    frozen = dataclasses.replace(TINY.trainer, learning_rate=0.0)
+    learner = ContinualLearner(VEHICLE, dataclasses.replace(TINY, trainer=frozen), active)
+    learner.ingest(windy_records())
+    result = learner.update()
+    cost = result.metrics["validation"]["cost_m"]
+    assert cost["candidate"] == pytest.approx(cost["active"], rel=1e-6), cost
+    assert result.accepted, result.reason
+    first_layer = result.bundle.policy.net[0].weight
+    assert torch.count_nonzero(first_layer[:, -active.policy.latent_dim :]) == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -17,7 +19,11 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="module")
 def policy() -> PolicyNet:
     torch.manual_seed(0)
-    return PolicyNet(load_vehicle("agile"), PolicyConfig(out_gain=3.0)).eval()
+    policy = PolicyNet(load_vehicle("agile"), PolicyConfig(out_gain=3.0)).eval()
+    with torch.no_grad():  # a trained policy reads z: give the z inputs weights, so the
+        # path-agreement tests below cover the latent block too
+        policy.net[0].weight[:, -policy.latent_dim :].normal_(0.0, 0.2)
+    return policy
 
 
 def random_states(batch: int, generator: torch.Generator) -> torch.Tensor:
@@ -51,6 +57,25 @@ def test_untrained_policy_starts_near_hover():
     )
     action = policy(obs)
     assert torch.allclose(action[:, 0], torch.full((8,), policy.vehicle.hover_thrust_n), atol=3.0)
+
+
+def test_new_policy_ignores_z_until_trained_and_silence_latent_restores_that(policy):
+    """z columns start at zero (a base policy trained with z = 0 must not read noise from z)."""
+    fresh = PolicyNet(load_vehicle("agile"))
+    gen = torch.Generator().manual_seed(5)
+    for net in (fresh, policy):
+        obs = torch.randn(16, net.observation.dim, generator=gen)
+        shifted = obs.clone()
+        shifted[:, -net.latent_dim :] += 3.0 * torch.randn(16, net.latent_dim, generator=gen)
+        if net is policy:  # the fixture's z weights are non-zero: z matters until silenced
+            assert not torch.allclose(net(obs), net(shifted))
+            net = copy.deepcopy(net)
+            no_z = obs.clone()
+            no_z[:, -net.latent_dim :] = 0.0
+            before = net(no_z)
+            net.silence_latent()
+            assert torch.allclose(net(obs), before, atol=1e-6)  # z = 0 behaviour kept
+        assert torch.equal(net(obs), net(shifted))
 
 
 def test_fused_observation_equals_the_blockwise_definition(policy):

@@ -286,6 +286,7 @@ class PolicyNet(nn.Module):
         self.net = mlp(
             self.observation.dim, self.config.hidden, ACTION_DIM, out_gain=self.config.out_gain
         )
+        self.silence_latent()
         scale = self.observation.action_scale
         self.register_buffer("action_offset", scale.offset(), persistent=False)
         self.register_buffer("action_scale", scale.scale(), persistent=False)
@@ -294,6 +295,20 @@ class PolicyNet(nn.Module):
     def latent_dim(self) -> int:
         """Size of z."""
         return self.config.latent_dim
+
+    def silence_latent(self) -> None:
+        """Zero the first-layer weights on the z inputs (the last ``latent_dim`` observation
+        entries), so z has no effect until training gives it one.
+
+        Why: a policy trained with z = 0 (the base policy) leaves those weights at their random
+        init; a z read later (N(0, I) in training, the encoder's in flight) then perturbs the
+        command like noise. With zero columns the first gradient step starts from the policy's
+        z = 0 behaviour instead.
+        """
+        if self.latent_dim == 0:
+            return
+        with torch.no_grad():
+            self.net[0].weight[:, -self.latent_dim :].zero_()
 
     def forward_normalised(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalised command (B, 4) in [-1, 1] of raw observations (B, dim)."""

@@ -269,6 +269,10 @@ class ContinualLearner:
 
         report("train", 0.0)
         policy = copy.deepcopy(active.policy)
+        if active.model is None:
+            # No encoder yet: the active policy never read a latent (z = 0 throughout its
+            # training), so its z weights are untrained; start them at zero (PolicyNet docs).
+            policy.silence_latent()
         residual_bound = dataset.tensors()["targets"].abs().amax(dim=0)
         trainer_config = dataclasses.replace(c.trainer, seed=c.trainer.seed + c.seed + version)
         summary = train_policy_on_model(
