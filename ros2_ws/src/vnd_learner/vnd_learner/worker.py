@@ -22,6 +22,7 @@ import json
 import math
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -198,6 +199,9 @@ def serve(learner: Any, channel: Channel, inbox: queue.Queue) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point; the exit code tells the node why it ended."""
     args = parse_args(argv)
+    # The node owns our lifetime (we exit when its pipe closes); a Ctrl-C sent to the whole
+    # process group by a launcher must not kill us mid-write with a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.nice(args.nice)
     channel = Channel(os.fdopen(os.dup(sys.stdout.fileno()), "wb"))
