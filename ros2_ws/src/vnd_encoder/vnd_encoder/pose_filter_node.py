@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from vnd_core.flight.msgfields import fill_odometry, pose_fields, set_stamp
 from vnd_core.flight.pose_filter import PoseFilter, PoseFilterConfig
+from vnd_core.flight.realtime import request_realtime
 from vnd_core.flight.stats import LatencyWindow, RateEstimator
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
@@ -29,6 +30,7 @@ class PoseFilterNodeConfig:
     """Parameters of the pose filter node."""
 
     world_frame: str = param("world", "frame_id of the odometry (ENU world)")
+    realtime_priority: int = param(0, "SCHED_FIFO priority of the filter, 1-99; 0 = off")
     body_frame: str = param("base_link", "child_frame_id of the odometry (FLU body)")
     status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
     log_period_s: float = param(1.0, "shortest interval between rejection summaries (s)")
@@ -41,6 +43,7 @@ class PoseFilterNode(Node):
     def __init__(self) -> None:
         super().__init__("pose_filter")
         self.cfg = freeze_parameters(self, PoseFilterNodeConfig)
+        self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         self.filter = PoseFilter(self.cfg.filter)
         self.Odometry = get_message("nav_msgs/msg/Odometry")
         self.NodeStatus = get_message("vnd_msgs/msg/NodeStatus")

@@ -43,6 +43,7 @@ from vnd_core.flight.controller import (
     TickRecord,
 )
 from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_core.flight.realtime import request_realtime
 from vnd_core.flight.safety import SafetyConfig
 from vnd_core.flight.stats import (
     NS_PER_S,
@@ -80,6 +81,7 @@ class PolicyNodeConfig:
     """Parameters of the policy node (the control period is ``safety.period_s``)."""
 
     bundle: str = param("", "start-up bundle path; empty = the shipped base bundle")
+    realtime_priority: int = param(0, "SCHED_FIFO priority of the control path, 1-99; 0 = off")
     vehicle: str = param("agile", "vehicle name or YAML path: limits and fallback model")
     min_tick_interval_s: float = param(
         0.018, "odometry stamped closer than this to the last tick's odometry waits (s)"
@@ -104,6 +106,7 @@ class PolicyNode(Node):
         super().__init__("policy")
         self.bundles: BundleRuntime | None = None  # set once the parameters are read
         self.cfg = freeze_parameters(self, PolicyNodeConfig)
+        self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         vehicle = load_vehicle(self.cfg.vehicle)
         reference = load_scenario(self.cfg.scenario).reference if self.cfg.scenario else None
         self.controller = PolicyController.create(

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 from vnd_core.config_io import ConfigError
+from vnd_core.flight.realtime import request_realtime
 from vnd_core.flight.stats import LatencyWindow, RateEstimator, ReasonCounter, TickMonitor
 from vnd_core.plant import PlantConfig
 from vnd_core.scenario import load_scenario
@@ -55,6 +56,7 @@ class SimNodeConfig:
     """Parameters of the simulated vehicle node."""
 
     vehicle: str = "agile"  # vehicle name (config/vehicles) or YAML path
+    realtime_priority: int = 0  # SCHED_FIFO priority of the simulated vehicle, 1-99; 0 = off
     scenario: str = "hover_calm"  # scenario name (config/scenarios) or YAML path
     seed: int = 0  # seed of the plant's measurement noise and gusts
     real_time_factor: float = 1.0  # simulated seconds per clock second (> 1 only for tests)
@@ -83,6 +85,7 @@ class SimNode(Node):
         super().__init__("sim")
         torch.set_num_threads(1)
         self.config = freeze_parameters(self, SimNodeConfig)
+        self.get_logger().info(request_realtime(self.config.realtime_priority))
         cfg = self.config
         if not cfg.tick_rate_hz > 0:
             raise ValueError(f"tick_rate_hz must be > 0, got {cfg.tick_rate_hz}")
