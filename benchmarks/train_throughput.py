@@ -25,7 +25,7 @@ def main() -> None:
     """Measure and print the JSON figure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", type=int, default=1024, help="parallel environments")
-    parser.add_argument("--iterations", type=int, default=8, help="timed iterations")
+    parser.add_argument("--iterations", type=int, default=16, help="timed iterations")
     parser.add_argument("--vehicle", default="agile", help="vehicle name")
     args = parser.parse_args()
     torch.set_num_threads(1)
