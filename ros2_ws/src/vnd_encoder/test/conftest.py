@@ -1,48 +1,18 @@
-"""Fixtures of the encoder and pose filter node tests.
-
-The flight-node harness is shared with the policy node tests: it lives in
-``vnd_policy/test/flight_harness.py`` and is loaded from there by path (test directories are
-not packages).
-"""
+"""Fixtures of the encoder and pose filter node tests: the policy node tests' own (the shared
+flight harness and its test bundles), loaded from ``vnd_policy/test/conftest.py`` by path
+because test directories are not packages."""
 
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-import pytest
-import torch
+_POLICY_CONFTEST = Path(__file__).resolve().parents[2] / "vnd_policy" / "test" / "conftest.py"
+_spec = importlib.util.spec_from_file_location("vnd_policy_test_conftest", _POLICY_CONFTEST)
+_shared = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_shared)
 
-HARNESS_FILE = Path(__file__).resolve().parents[2] / "vnd_policy" / "test" / "flight_harness.py"
-
-
-def load_harness() -> ModuleType:
-    """flight_harness.py as a module (one instance per test session)."""
-    name = "vnd_flight_harness"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, HARNESS_FILE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-@pytest.fixture(scope="session")
-def harness() -> ModuleType:
-    """The shared flight-node test harness."""
-    return load_harness()
-
-
-@pytest.fixture(scope="session")
-def bundles(harness, tmp_path_factory) -> dict[str, Path]:
-    """Good and bad bundle files by name (see flight_harness.make_bundles)."""
-    torch.set_num_threads(1)
-    return harness.make_bundles(tmp_path_factory.mktemp("bundles"))
-
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    """The machine is shared: tests use one torch thread."""
-    torch.set_num_threads(1)
+# pytest finds fixtures by name in this module
+harness = _shared.harness
+bundles = _shared.bundles
+_one_torch_thread = _shared._one_torch_thread
