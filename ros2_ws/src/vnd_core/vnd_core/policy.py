@@ -390,9 +390,14 @@ class PolicyRunner:
         hover = self._a_offset.copy()
         self.prev_actions = [hover.copy() for _ in range(self.policy.config.n_prev_actions)]
 
+    def reference_at(self, t_s: float) -> np.ndarray:
+        """Reference (3, 1 + L, 3): position, velocity, acceleration now and at each
+        look-ahead time, for reference time ``t_s`` (subclasses may take it from elsewhere)."""
+        return reference_numpy(self.reference, t_s + self._offsets_s)
+
     def observe(self, state: np.ndarray, t_s: float, z: np.ndarray | None = None) -> np.ndarray:
         """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``."""
-        ref = reference_numpy(self.reference, t_s + self._offsets_s)
+        ref = self.reference_at(t_s)
         p = state[POS]
         rot = transforms3d.quaternions.quat2mat(state[QUAT] / np.linalg.norm(state[QUAT]))
         parts = [

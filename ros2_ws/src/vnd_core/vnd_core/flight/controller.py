@@ -19,14 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import transforms3d
 
 from vnd_core.bundle import Bundle
 from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter
 from vnd_core.flight.stats import NS_PER_S, ReasonCounter
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
-from vnd_core.state import OMEGA, POS, QUAT, VEL
 from vnd_core.vehicle import VehicleParams
 
 # Reasons counted in PolicyController.counters (besides the safety filter's own).
@@ -77,11 +75,10 @@ class TickRecord:
 class ReferenceRunner(PolicyRunner):
     """:class:`PolicyRunner` whose reference can be replaced by an external sample.
 
-    ``observe`` builds the blocks of ``PolicyRunner.observe`` from :meth:`reference_at`: the
-    parameter reference, or an external sample (``external``, taken ``external_age_s`` before
-    the current state) extrapolated at constant acceleration; it keeps the reference it used
-    so the tick record needs no second evaluation. Tests check it equals
-    ``PolicyRunner.observe`` for a parameter reference and for an external hover sample.
+    It overrides :meth:`PolicyRunner.reference_at` only: the parameter reference, or an
+    external sample (``external``, taken ``external_age_s`` before the current state)
+    extrapolated at constant acceleration; it keeps the reference it used so the tick record
+    needs no second evaluation.
     """
 
     def __init__(self, policy: PolicyNet, reference: ReferenceSpec) -> None:
@@ -91,36 +88,19 @@ class ReferenceRunner(PolicyRunner):
         self.last_reference: np.ndarray | None = None  # reference of the last observe()
 
     def reference_at(self, t_s: float) -> np.ndarray:
-        """Reference (3, 1 + L, 3): position, velocity, acceleration now and at each
-        look-ahead time, for reference time ``t_s``."""
+        """Reference (3, 1 + L, 3) now and at each look-ahead time: the parameter reference,
+        or the external sample extrapolated; kept in ``last_reference`` for the tick record."""
         ext = self.external
         if ext is None:
-            return reference_numpy(self.reference, t_s + self._offsets_s)
-        dt = (self.external_age_s + self._offsets_s)[:, None]  # (1 + L, 1)
-        out = np.empty((3, dt.shape[0], 3))
-        out[0] = ext.position_m + ext.velocity_mps * dt + 0.5 * ext.acceleration_mps2 * dt**2
-        out[1] = ext.velocity_mps + ext.acceleration_mps2 * dt
-        out[2] = ext.acceleration_mps2
-        return out
-
-    def observe(self, state: np.ndarray, t_s: float, z: np.ndarray | None = None) -> np.ndarray:
-        """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``;
-        the reference used is kept in ``last_reference`` (3, 1 + L, 3)."""
-        ref = self.last_reference = self.reference_at(t_s)
-        p = state[POS]
-        rot = transforms3d.quaternions.quat2mat(state[QUAT] / np.linalg.norm(state[QUAT]))
-        parts = [
-            p - ref[0, 0],
-            state[VEL] - ref[1, 0],
-            (ref[0, 1:] - p).ravel(),
-            ref[2, 0],
-            rot[:, 0],
-            rot[:, 1],
-            state[OMEGA],
-            *[(a - self._a_offset) / self._a_scale for a in self.prev_actions],
-            np.zeros(self.policy.latent_dim) if z is None else z,
-        ]
-        return np.concatenate(parts)
+            ref = super().reference_at(t_s)
+        else:
+            dt = (self.external_age_s + self._offsets_s)[:, None]  # (1 + L, 1)
+            ref = np.empty((3, dt.shape[0], 3))
+            ref[0] = ext.position_m + ext.velocity_mps * dt + 0.5 * ext.acceleration_mps2 * dt**2
+            ref[1] = ext.velocity_mps + ext.acceleration_mps2 * dt
+            ref[2] = ext.acceleration_mps2
+        self.last_reference = ref
+        return ref
 
     def remember(self, applied: np.ndarray, acted: bool) -> None:
         """Record the command actually sent as the newest previous action: it replaces the
