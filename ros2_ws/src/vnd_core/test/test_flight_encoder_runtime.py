@@ -13,10 +13,14 @@ PERIOD_NS = 20_000_000
 C = 4
 
 
-def make_model(context_len: int = C, seed: int = 0) -> VNDModel:
+def make_model(context_len: int = C, seed: int = 0, delay_ticks: int = 2) -> VNDModel:
     torch.manual_seed(seed)
     config = VNDModelConfig(
-        context_len=context_len, encoder_hidden=8, residual_hidden=(16,), decoder_hidden=(16,)
+        context_len=context_len,
+        encoder_hidden=8,
+        residual_hidden=(16,),
+        decoder_hidden=(16,),
+        action_delay_ticks=delay_ticks,
     )
     model = VNDModel(load_vehicle("agile"), config).eval()
     with torch.no_grad():  # non-trivial weights so z depends on every input
@@ -25,33 +29,50 @@ def make_model(context_len: int = C, seed: int = 0) -> VNDModel:
     return model
 
 
-def feed(est: LatentEstimator, k: int, rng: np.random.Generator) -> bool:
-    """Odometry k and the command answering it; returns whether the context advanced."""
-    stamp = 10**12 + k * PERIOD_NS
+def draw(k: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A random odometry state (13,) and the command (4,) answering it."""
     state = np.zeros(13)
     state[3] = 1.0
     state[:3], state[7:10], state[10:] = rng.normal(size=(3, 3)) * [[1.0], [1.0], [0.1]]
-    est.add_odometry(stamp, state)
     action = np.array([7.0 + rng.normal(), *rng.normal(size=3)])
+    return state, action
+
+
+def feed(est: LatentEstimator, k: int, rng: np.random.Generator) -> bool:
+    """Odometry k and the command answering it; returns whether the context advanced."""
+    return push(est, k, *draw(k, rng))
+
+
+def push(est: LatentEstimator, k: int, state: np.ndarray, action: np.ndarray) -> bool:
+    """Odometry ``state`` at tick k, then the command ``action`` answering it."""
+    stamp = 10**12 + k * PERIOD_NS
+    est.add_odometry(stamp, state)
     return est.add_command(stamp, action)
 
 
-def test_latent_equals_encode_of_the_window():
+@pytest.mark.parametrize("delay", [0, 2])
+def test_latent_equals_encode_of_the_window(delay):
     rng = np.random.default_rng(1)
-    model = make_model()
+    model = make_model(delay_ticks=delay)
     est = LatentEstimator()
     est.set_model(model)
-    valid = []
+    valid, states, actions = [], [], []
     for k in range(3 * C):
-        feed(est, k, rng)
+        state, action = draw(k, rng)
+        push(est, k, state, action)
+        states.append(state)
+        actions.append(action)
         valid.append(est.latent() is not None)
-    # first command has no earlier action; then C + 1 entries make the window
-    assert valid.index(True) == C + 1 and all(valid[C + 1 :])
-    states, actions = est.buffer.window()
+    # first command has no earlier action, the next d transitions have no delayed action yet;
+    # then C rows make the window
+    assert valid.index(True) == C + 1 + delay and all(valid[C + 1 + delay :])
+    n = len(states)
+    window_states = np.stack(states[n - C - 1 :])  # s_{n-C-1} .. s_{n-1}
+    window_actions = np.stack(actions[n - C - 1 - delay : n - 1 - delay])  # a_{t-d} of each t
     with torch.inference_mode():
         expected = model.encode(
-            torch.tensor(states, dtype=torch.float32)[None],
-            torch.tensor(actions, dtype=torch.float32)[None],
+            torch.tensor(window_states, dtype=torch.float32)[None],
+            torch.tensor(window_actions, dtype=torch.float32)[None],
         )[0].numpy()
     np.testing.assert_allclose(est.latent(), expected, atol=1e-6)
 
@@ -60,7 +81,7 @@ def test_gap_and_unpaired_commands_break_the_context():
     rng = np.random.default_rng(2)
     est = LatentEstimator(max_gap_ms=45.0)
     est.set_model(make_model())
-    for k in range(C + 3):
+    for k in range(C + 5):
         feed(est, k, rng)
     assert est.valid
     last = est.newest_stamp_ns
@@ -71,7 +92,7 @@ def test_gap_and_unpaired_commands_break_the_context():
     nan_state = np.full(13, np.nan)
     assert not est.add_odometry(1, nan_state)
     assert est.counters.totals[NON_FINITE_ODOM] == 1
-    for k in range(C + 10, 2 * C + 12):  # refills after the gap
+    for k in range(C + 10, 2 * C + 14):  # refills after the gap (C + 1 + d entries)
         feed(est, k, rng)
     assert est.valid and est.all_counters()["gap"] == 1
 
@@ -81,7 +102,7 @@ def test_model_swap(new_len):
     rng = np.random.default_rng(3)
     est = LatentEstimator()
     est.set_model(make_model())
-    for k in range(C + 3):
+    for k in range(C + 5):
         feed(est, k, rng)
     est.set_model(make_model(new_len, seed=1))
     assert est.valid == (new_len == C)  # same length: the window is kept and re-encoded

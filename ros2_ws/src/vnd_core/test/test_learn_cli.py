@@ -109,14 +109,16 @@ def test_model_eval_reports_prior_and_model_errors(bag, tmp_path):
     report = json.loads(out.read_text())
     for key in ("prior_err_m", "model_err_m"):
         assert set(report[key]) == {"1", "10", "50"}
-    # fallback ticks are not learnable: 380 POLICY ticks, one segment
-    assert report["segments"] == 1 and report["transitions"] == 379
+    # fallback ticks are not learnable: 380 POLICY ticks, one segment; the first d states
+    # have no delayed action (action_delay_ticks)
+    delay = model.config.action_delay_ticks
+    assert report["segments"] == 1 and report["transitions"] == 379 - delay
     assert report["model_err_m"]["10"] < report["prior_err_m"]["10"]  # the wind is learned
     saved = np.load(latents)
     policy_stamps = records.stamp_ns[records.mode == MODE_POLICY]
-    assert saved["z"].shape == (len(policy_stamps) - model.context_len, 8)
+    assert saved["z"].shape == (len(policy_stamps) - model.context_len - delay, 8)
     # the first latent serves the state after the first C context transitions
-    assert saved["stamp_ns"][0] == policy_stamps[model.context_len]
+    assert saved["stamp_ns"][0] == policy_stamps[model.context_len + delay]
     assert np.all(np.diff(saved["stamp_ns"]) == 20_000_000) and int(saved["bundle_version"]) == 2
 
 

@@ -51,7 +51,7 @@ def held_out(vehicle):
 @pytest.fixture(scope="module")
 def fitted(vehicle, training_set):
     torch.manual_seed(0)
-    model = VNDModel(vehicle)
+    model = VNDModel(vehicle, VNDModelConfig(action_delay_ticks=0))  # synthetic: no latency
     report = fit_vnd(model, training_set, FitConfig.quick(seed=0))
     return model, report
 
@@ -79,7 +79,9 @@ def test_report_describes_the_fit(fitted, training_set):
 
 
 def small_fit(vehicle, dataset, seed: int, warm_start: bool = False, model=None, **overrides):
-    config = VNDModelConfig(context_len=8, encoder_hidden=16, residual_hidden=(32,))
+    config = VNDModelConfig(
+        context_len=8, encoder_hidden=16, residual_hidden=(32,), action_delay_ticks=0
+    )
     model = model or VNDModel(vehicle, config)
     fit_config = FitConfig(steps=6, batch_size=16, horizon=4, seed=seed, **overrides)
     return model, fit_vnd(model, dataset, fit_config, warm_start=warm_start)
@@ -108,7 +110,9 @@ def test_warm_start_keeps_statistics_and_cold_start_refits_them(vehicle, held_ou
 
 def test_progress_is_reported_and_the_time_limit_stops_the_fit(vehicle, held_out):
     calls = []
-    model = VNDModel(vehicle, VNDModelConfig(context_len=8, encoder_hidden=16))
+    model = VNDModel(
+        vehicle, VNDModelConfig(context_len=8, encoder_hidden=16, action_delay_ticks=0)
+    )
     config = FitConfig(steps=6, batch_size=16, horizon=4, log_every=2)
     fit_vnd(model, held_out, config, progress=lambda *args: calls.append(args))
     assert [c[0] for c in calls] == [2, 4, 6]
@@ -118,13 +122,15 @@ def test_progress_is_reported_and_the_time_limit_stops_the_fit(vehicle, held_out
 
 
 def test_fit_without_a_complete_window_says_why(vehicle, held_out):
-    model = VNDModel(vehicle, VNDModelConfig(context_len=95))
+    model = VNDModel(vehicle, VNDModelConfig(context_len=95, action_delay_ticks=0))
     with pytest.raises(ValueError, match="no window of 95 \\+ 10 transitions"):
         fit_vnd(model, held_out, FitConfig())
 
 
 def test_a_fit_without_latent_trains_only_the_residual(vehicle, held_out):
-    model = VNDModel(vehicle, VNDModelConfig(context_len=8, encoder_hidden=16))
+    model = VNDModel(
+        vehicle, VNDModelConfig(context_len=8, encoder_hidden=16, action_delay_ticks=0)
+    )
     encoder_before = [p.clone() for p in model.encoder.parameters()]
     config = FitConfig(steps=30, batch_size=32, horizon=4, use_latent=False, log_every=10)
     report = fit_vnd(model, held_out, config)

@@ -24,8 +24,13 @@ from vnd_core.vnd.synthetic import simulate_with_forces, two_condition_segments
 
 torch.set_num_threads(1)
 
+# the synthetic plant of these tests has no command latency: pair t with a_t
 SMALL = VNDModelConfig(
-    context_len=8, encoder_hidden=16, residual_hidden=(32,), decoder_hidden=(16,)
+    context_len=8,
+    encoder_hidden=16,
+    residual_hidden=(32,),
+    decoder_hidden=(16,),
+    action_delay_ticks=0,
 )
 
 

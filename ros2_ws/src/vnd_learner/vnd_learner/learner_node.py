@@ -43,7 +43,7 @@ from vnd_learner.worker_client import WorkerClient, WorkerSpec
 
 MAX_RESTART_BACKOFF_S = 30.0  # longest wait between worker restarts [s]
 HISTORY_MAX_BATCHES = 256  # stored-tick batches kept before they are merged into one
-PRESETS = ("quick", "full")  # LearnerConfig presets the worker knows
+PRESETS = ("quick", "standard", "full")  # LearnerConfig presets the worker knows
 # LearnerStatus.STATE_* (vnd_msgs/msg/LearnerStatus.msg)
 STATE_IDLE = 0
 STATE_COLLECTING = 1
@@ -63,7 +63,7 @@ class LearnerNodeConfig:
     vehicle: str = param("agile", "vehicle name (config/vehicles/<name>.yaml) or a YAML path")
     bundle: str = param("", "bundle to start from when the registry is empty; '' = shipped base")
     learn: bool = param(True, "run the learner worker (false: only keep the replay store)")
-    preset: str = param("quick", "learner preset: quick | full")
+    preset: str = param("standard", "learner preset: quick | standard | full")
     update_interval_s: float = param(0.0, "shortest time between updates (s); 0 = the preset's")
     learner_overrides: str = param("", "JSON object of LearnerConfig fields to replace")
     segment_period_s: float = param(10.0, "close a replay segment after this long (s); << 60 s")

@@ -43,7 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="vnd_learner.worker", description=__doc__)
     parser.add_argument("--vehicle", required=True, help="vehicle name or YAML path")
     parser.add_argument("--bundle", required=True, help="active bundle file to learn from")
-    parser.add_argument("--preset", default="quick", help="LearnerConfig preset (quick|full)")
+    parser.add_argument(
+        "--preset", default="standard", help="LearnerConfig preset (quick|standard|full)"
+    )
     parser.add_argument(
         "--overrides", default="{}", help="JSON object of LearnerConfig fields to replace"
     )
@@ -101,9 +103,13 @@ def build_learner(args: argparse.Namespace) -> Any:
     from vnd_core.vehicle import load_vehicle
 
     torch.set_num_threads(1)
-    presets = {"quick": LearnerConfig.quick, "full": LearnerConfig.full}
+    presets = {
+        "quick": LearnerConfig.quick,
+        "standard": LearnerConfig.standard,
+        "full": LearnerConfig.full,
+    }
     if args.preset not in presets:
-        raise ValueError(f"unknown learner preset '{args.preset}' (use quick or full)")
+        raise ValueError(f"unknown learner preset '{args.preset}' (use quick, standard or full)")
     overrides = json.loads(args.overrides)
     if not isinstance(overrides, dict):
         raise ValueError("--overrides must be a JSON object")

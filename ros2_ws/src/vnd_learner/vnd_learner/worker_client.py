@@ -31,7 +31,7 @@ class WorkerSpec:
 
     vehicle: str  # vehicle name or YAML path
     bundle_path: str  # active bundle file the learner continues from
-    preset: str = "quick"  # LearnerConfig preset (quick|full)
+    preset: str = "standard"  # LearnerConfig preset (quick|standard|full)
     overrides: Mapping[str, object] | None = None  # LearnerConfig fields to replace
     niceness: int = 10  # nice increment of the worker process
 

@@ -9,6 +9,11 @@ previous command, see :class:`~vnd_core.flight.context.CommandLatch`); then the 
 itself is latched. So the context advances once per control tick, at the
 policy's pace, and the latent for state S is ready right after the command for S went out.
 
+Command latency: a model with ``action_delay_ticks = d`` pairs transition s_t -> s_{t+1} with
+the action issued d ticks before (see :mod:`vnd_core.vnd.data`); the estimator keeps the last
+d + 1 actions of the window for that, and, like the training data, the first d transitions
+after a window (re)starts get no feature row.
+
 Cost: ``VNDModel.encode`` on a whole window recomputes the prior for all C transitions every
 tick (several ms). Only the newest transition is new, so its context-feature row is computed
 once on arrival (``context_features`` on a one-transition window, the very function
@@ -50,6 +55,8 @@ class LatentEstimator:
         self._model = None
         self.buffer = ContextBuffer(ContextConfig(context_len=1, max_gap_ms=max_gap_ms))
         self._rows: deque[torch.Tensor] = deque(maxlen=1)  # feature rows (28,), oldest first
+        # actions of the newest transitions of the window, oldest first (d + 1 of them)
+        self._actions: deque[np.ndarray] = deque(maxlen=1)
         self._last_state: np.ndarray | None = None  # newest state in the buffer
 
     @property
@@ -66,6 +73,7 @@ class LatentEstimator:
             old is not None
             and model is not None
             and old.context_len == model.context_len
+            and _delay(old) == _delay(model)
             and old.vehicle == model.vehicle
             and old.prior.config == model.prior.config
         )
@@ -75,12 +83,18 @@ class LatentEstimator:
         if c != self.buffer.context_len:
             self.buffer = ContextBuffer(ContextConfig(context_len=c, max_gap_ms=self.max_gap_ms))
             self._last_state = None
+        d = _delay(model)
         self._rows = deque(maxlen=c)
+        self._actions = deque(maxlen=d + 1)
         if self.buffer.valid and model is not None:  # same window, another prior: recompute
-            states, actions = self.buffer.window()
-            with torch.inference_mode():
-                rows = context_features(model.prior, _f32(states), _f32(actions))
-            self._rows.extend(rows)
+            states, actions = self.buffer.window()  # (C + 1, 13), (C, 4); a_k drives s_k
+            if len(actions) > d:
+                with torch.inference_mode():
+                    rows = context_features(
+                        model.prior, _f32(states[d:]), _f32(actions[: len(actions) - d])
+                    )
+                self._rows.extend(rows)
+            self._actions.extend(actions[-(d + 1) :])
 
     def add_odometry(self, stamp_ns: int, state: np.ndarray) -> bool:
         """Keep one odometry sample (13,) for pairing (a non-finite one is counted and
@@ -119,6 +133,7 @@ class LatentEstimator:
                 self._on_push(previous, prior_action, state)
             elif not len(self.buffer):  # refused and cleared (no action or not finite)
                 self._rows.clear()
+                self._actions.clear()
         self._latch.add(answered_ns, action)
         return pushed
 
@@ -131,6 +146,7 @@ class LatentEstimator:
         self.buffer.clear()
         self.buffer.counters.count(BREAK_GAP)
         self._rows.clear()
+        self._actions.clear()
         return True
 
     @property
@@ -182,12 +198,21 @@ class LatentEstimator:
         """Keep the feature rows in step with the buffer after a successful push."""
         if len(self.buffer) == 1:  # the push started a new window (first entry or gap)
             self._rows.clear()
-        elif self._model is not None and previous is not None:
-            states = _f32(np.stack([previous, state]))
-            with torch.inference_mode():
-                row = context_features(self._model.prior, states, _f32(action[None]))[0]
-            self._rows.append(row)
+            self._actions.clear()
+        elif self._model is not None and previous is not None and action is not None:
+            self._actions.append(np.asarray(action, dtype=float))
+            if len(self._actions) == self._actions.maxlen:  # a_{t-d} of transition t is held
+                states = _f32(np.stack([previous, state]))
+                delayed = _f32(self._actions[0][None])
+                with torch.inference_mode():
+                    row = context_features(self._model.prior, states, delayed)[0]
+                self._rows.append(row)
         self._last_state = state
+
+
+def _delay(model) -> int:
+    """Command delay d (ticks) the model's transitions are paired with (0 without a model)."""
+    return model.config.action_delay_ticks if model is not None else 0
 
 
 def _f32(array: np.ndarray) -> torch.Tensor:

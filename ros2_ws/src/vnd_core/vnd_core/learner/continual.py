@@ -59,7 +59,8 @@ _STAGE_SPAN = {"fit": (0.0, 0.4), "train": (0.4, 0.9), "validate": (0.9, 1.0)}
 
 @dataclass(frozen=True)
 class LearnerConfig:
-    """Settings of the continual learner; ``quick()`` and ``full()`` are the two presets."""
+    """Settings of the continual learner; ``quick()``, ``standard()`` and ``full()`` are the
+    presets."""
 
     control_period_s: float = CONTROL_PERIOD_S  # nominal period of the tick stream
     gap_factor: float = 1.5  # a stamp step above this many periods breaks a segment (1 to 2)
@@ -74,6 +75,8 @@ class LearnerConfig:
     fit: FitConfig = field(default_factory=FitConfig)  # model fit per update
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # policy training per update
     anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
+    pool_fraction: float = 0.5  # other episodes whose z is a re-encoded replay latent
+    residual_components: str = "translational"  # residual parts the policy trains against
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
     seed: int = 0  # seeds fit, training and eviction (each update offsets it by its version)
 
@@ -107,6 +110,25 @@ class LearnerConfig:
                 learning_rate=1e-3,
             ),
             "validation": ValidationConfig(eval_rollouts=32, eval_ticks=50, hover_ticks=100),
+        }
+        return cls(**{**base, **overrides})
+
+    @classmethod
+    def standard(cls, **overrides) -> LearnerConfig:
+        """The flight default (``make demo``, the launch files): an update in about half a
+        minute of one niced core, so a condition met for 20 s is learned while it lasts."""
+        base = {
+            "capacity_ticks": 15_000,
+            "min_new_ticks": 400,
+            "min_interval_s": 8.0,
+            "fit": FitConfig(steps=200, batch_size=64),
+            "trainer": TrainerConfig(
+                num_envs=128,
+                horizon_ticks=32,
+                iterations=60,
+                learning_rate=1e-3,
+            ),
+            "validation": ValidationConfig(eval_rollouts=64, eval_ticks=100, hover_ticks=150),
         }
         return cls(**{**base, **overrides})
 
@@ -283,6 +305,9 @@ class ContinualLearner:
             progress=lambda i, n, _: report("train", i / n),
             anchor_fraction=c.anchor_fraction,
             residual_bound=residual_bound,
+            latent_pool=fit.latents.z if fit.latents is not None else None,
+            pool_fraction=c.pool_fraction,
+            components=c.residual_components,
         )
         metrics["train"] = {
             k: summary[k] for k in ("iterations", "first_loss", "final_loss", "final_pos_error_m")
@@ -293,7 +318,10 @@ class ContinualLearner:
 
         report("validate", 0.0)
         reason, checks = self._validate(
-            policy, anchored_dynamics(model, residual_bound), model, dataset
+            policy,
+            anchored_dynamics(model, residual_bound, c.residual_components),
+            model,
+            dataset,
         )
         metrics["validation"] = checks
         validate_s = time.perf_counter() - start - fit_s - train_s
@@ -336,15 +364,23 @@ class ContinualLearner:
             self.config.gap_factor,
             self.label_ids,
         )
-        return TransitionDataset(prior, segments)
+        delay = self._model_config().action_delay_ticks
+        return TransitionDataset(prior, segments, delay)
+
+    def _model_config(self) -> VNDModelConfig:
+        """Architecture of the model the next update fits (the active one's, or the default)."""
+        model = self._active.model
+        return model.config if model is not None else self.config.model
 
     def _context_len(self) -> int:
         model = self._active.model
         return model.context_len if model is not None else self.config.model.context_len
 
     def _min_run_ticks(self) -> int:
-        """Shortest run that yields a fit window: C context transitions, K targets, + 1 state."""
-        return self._context_len() + self.config.fit.horizon + 1
+        """Shortest run that yields a fit window: C context transitions, K targets, + 1 state,
+        + the d states whose delayed action lies before the run."""
+        delay = self._model_config().action_delay_ticks
+        return self._context_len() + self.config.fit.horizon + 1 + delay
 
     def _window_count(self) -> int:
         """Fit windows the replay holds now (cheap: from stamps and modes only)."""
@@ -365,12 +401,16 @@ class ContinualLearner:
         last context window, or, with no model yet, the chunk's mean prior error."""
         model = self._active.model
         if model is not None:
-            c = model.context_len
+            c, d = model.context_len, model.config.action_delay_ticks
+            # transition t is paired with the action logged d ticks before it (data.py)
             states = torch.stack(
                 [torch.as_tensor(records.state[s.stop - c - 1 : s.stop]) for s in chunks]
             ).float()
             actions = torch.stack(
-                [torch.as_tensor(records.action[s.stop - c - 1 : s.stop - 1]) for s in chunks]
+                [
+                    torch.as_tensor(records.action[s.stop - c - 1 - d : s.stop - 1 - d])
+                    for s in chunks
+                ]
             ).float()
             with torch.no_grad():
                 return model.encode(states, actions).numpy()
@@ -415,6 +455,8 @@ class ContinualLearner:
         active = self._active
         eval_set = make_eval_set(model, active.model, active.policy.latent_dim, dataset, v)
         dt_s = model.prior.config.dt_s
+        # the model maps the action issued d ticks ago to the next state: roll out with that lag
+        delay = model.config.action_delay_ticks or v.delay_ticks
         candidate_cost = model_rollout_cost(
             policy,
             eval_set.z_model,
@@ -423,7 +465,7 @@ class ContinualLearner:
             v.eval_ticks,
             v.crash_distance_m,
             dt_s,
-            v.delay_ticks,
+            delay,
         )
         active_cost = model_rollout_cost(
             active.policy,
@@ -433,7 +475,7 @@ class ContinualLearner:
             v.eval_ticks,
             v.crash_distance_m,
             dt_s,
-            v.delay_ticks,
+            delay,
         )
         checks["cost_m"] = {"candidate": candidate_cost, "active": active_cost}
         allowed = active_cost * (1.0 + v.cost_margin_frac) + v.cost_margin_m

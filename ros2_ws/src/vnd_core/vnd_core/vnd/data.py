@@ -164,6 +164,24 @@ class TransitionDataset:
             offset += length
         return torch.cat(starts) if starts else torch.zeros(0, dtype=torch.long)
 
+    def partner_starts(
+        self,
+        starts: torch.Tensor,
+        context_len: int,
+        horizon: int,
+        max_offset: int,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """For each window start (B,), a start up to ``max_offset`` transitions later in the
+        same segment (the window itself when it is the segment's last), uniformly drawn."""
+        span = context_len + horizon
+        ends = torch.cumsum(torch.tensor(self._segment_lengths), 0)  # one past each segment
+        segment = torch.searchsorted(ends, starts, right=True)
+        last_start = ends[segment] - span  # last valid start of each window's segment
+        room = (last_start - starts).clamp(0, max_offset)
+        draw = torch.rand(starts.shape, generator=generator)
+        return starts + torch.floor(draw * (room + 1).float()).long().clamp(max=room)
+
     def context(self, starts: torch.Tensor, context_len: int) -> torch.Tensor:
         """Raw context features (B, C, 28) of the windows starting at ``starts`` (B,)."""
         rows = self.tensors()

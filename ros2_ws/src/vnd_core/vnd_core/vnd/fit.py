@@ -33,6 +33,8 @@ class FitConfig:
     huber_delta: float = 1.0  # Huber transition point, in normalised residual units
     lambda_rec: float = 0.1  # weight of the context reconstruction term
     lambda_mmd: float = 1.0  # final weight of the MMD term
+    lambda_slow: float = 3.0  # weight of the latent consistency term (see vnd_losses)
+    slow_offset: int = 25  # partner windows start up to this many transitions later
     mmd_warmup_frac: float = 0.1  # fraction of steps with MMD weight 0
     mmd_ramp_frac: float = 0.4  # fraction of steps over which the MMD weight ramps up
     seed: int = 0  # seeds batch sampling, the prior samples and (cold start) the weights
@@ -114,8 +116,14 @@ def fit_vnd(
             break
         pick = starts[torch.randint(len(starts), (config.batch_size,), generator=generator)]
         batch = dataset.gather(pick, model.context_len, config.horizon)
+        partner = None
+        if config.use_latent and config.lambda_slow > 0:
+            later = dataset.partner_starts(
+                pick, model.context_len, config.horizon, config.slow_offset, generator
+            )
+            partner = dataset.context(later, model.context_len)
         mmd_weight = schedule.weight(step, config.steps)
-        losses = vnd_losses(model, batch, config, mmd_weight, generator)
+        losses = vnd_losses(model, batch, config, mmd_weight, generator, partner)
         optimizer.zero_grad(set_to_none=True)
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -148,12 +156,17 @@ def vnd_losses(
     config: FitConfig,
     mmd_weight: float,
     generator: torch.Generator | None = None,
+    partner_context: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, total (weighted sum).
+    """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, slow, total
+    (weighted sum).
 
     One latent per window explains all K target transitions of that window. ``config``
-    supplies the Huber delta and the reconstruction weight; ``mmd_weight`` is the annealed
-    MMD weight of this step.
+    supplies the Huber delta and the term weights; ``mmd_weight`` is the annealed MMD weight of
+    this step. ``partner_context`` (B, C, 28), when given, holds a later window of the same
+    segment for each window: conditions persist for seconds, so the two latents should agree
+    (squared distance, the "slow" term). Without it the encoder is free to spend the spread
+    the MMD asks for on measurement noise, and the deployed z jitters within one condition.
     """
     if not config.use_latent:
         # The same residual network and loss with the latent pinned at the prior mean: the
@@ -166,11 +179,14 @@ def vnd_losses(
     residual = residual_huber(predicted, target, config.huber_delta)
     if not config.use_latent:
         zero = residual.new_zeros(())
-        return {"total": residual, "residual": residual, "rec": zero, "mmd": zero}
+        return {"total": residual, "residual": residual, "rec": zero, "mmd": zero, "slow": zero}
     rec = reconstruction_l2(model.decoder(z), model.encoder.normalizer(batch.context))
     mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
-    total = residual + config.lambda_rec * rec + mmd_weight * mmd
-    return {"total": total, "residual": residual, "rec": rec, "mmd": mmd}
+    slow = residual.new_zeros(())
+    if partner_context is not None:
+        slow = (model.encoder(partner_context) - z).square().sum(-1).mean()
+    total = residual + config.lambda_rec * rec + mmd_weight * mmd + config.lambda_slow * slow
+    return {"total": total, "residual": residual, "rec": rec, "mmd": mmd, "slow": slow}
 
 
 def _reinitialise(model: VNDModel, seed: int) -> None:

@@ -43,7 +43,10 @@ class VNDModelConfig:
     residual_out_gain: float = 0.01  # initial scale of the residual output layer (~0 at start)
     dt_s: float = CONTROL_PERIOD_S  # control period the prior integrates over
     prior_substeps: int = 1  # RK4 sub-steps of the prior per control period
-    action_delay_ticks: int = 0  # transition t is driven by the action logged d ticks earlier
+    # transition t is driven by the action logged d ticks earlier: the plant's command latency
+    # plus motor and rate-loop lag act like about 2 ticks, and pairing with a_t instead makes
+    # the 10-step open-loop error of prior + residual worse than the prior's own on agile flight
+    action_delay_ticks: int = 2
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
