@@ -14,6 +14,7 @@ MAX_GAP_MS = 150.0
 def test_latent_valid_after_c_ticks_invalid_after_gap_and_without_model(harness, bundles):
     H = harness
     c = H.CONTEXT_LEN
+    d = H.SMALL_MODEL.action_delay_ticks  # transitions wait for their 2-tick-old action
     node = H.NodeProcess(
         "vnd_encoder.encoder_node",
         [
@@ -70,8 +71,9 @@ def test_latent_valid_after_c_ticks_invalid_after_gap_and_without_model(harness,
         H.wait_for(lambda: len(latents) >= 2 * c + 3, 5.0, "one latent per paired command")
         # (slices: the gap latent after the last command may already be in)
         valid = [m.valid for _, m in latents][: 2 * c + 3]
-        # the first command has no earlier action; then C more make the window full
-        assert valid == [False] * c + [True] * (c + 3), valid
+        # the first command has no earlier action, the next d lack their delayed action;
+        # then C more make the window full
+        assert valid == [False] * (c + d) + [True] * (c + 3 - d), valid
         for _, msg in latents[: 2 * c + 3]:
             assert msg.encoder_version == 1 and stamp_ns(msg.header.stamp) in stamps
             assert len(msg.z) == (8 if msg.valid else 0)
@@ -82,10 +84,10 @@ def test_latent_valid_after_c_ticks_invalid_after_gap_and_without_model(harness,
         time.sleep(2 * MAX_GAP_MS / 1000)
         assert [m.valid for _, m in latents[mark:]] == [False]
         mark = len(latents)
-        fly(c + 2)
-        H.wait_for(lambda: len(latents) >= mark + c + 2, 5.0, "latents after the gap")
-        valid = [m.valid for _, m in latents[mark : mark + c + 2]]
-        assert valid == [False] * c + [True] * 2, valid
+        fly(c + d + 2)
+        H.wait_for(lambda: len(latents) >= mark + c + d + 2, 5.0, "latents after the gap")
+        valid = [m.valid for _, m in latents[mark : mark + c + d + 2]]
+        assert valid == [False] * (c + d) + [True] * 2, valid
 
         # a bundle without a VND model: invalid latents carrying that bundle's version
         ckpt_pub.publish(ckpt_cls(request_id="l3", action=1, path=str(bundles["v3"])))

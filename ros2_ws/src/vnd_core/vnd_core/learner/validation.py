@@ -12,7 +12,11 @@
    (station keeping under the conditions actually met), half track random references.
    The candidate's mean position error may exceed the active policy's by at most
    ``cost_margin_frac`` (plus ``cost_margin_m``).
-5. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
+5. Calm tracking: the tracking rollouts of gate 4 flown on the bare prior with z = 0 (calm
+   air, the encoder not yet warm). A learned model is least trustworthy far from its data;
+   a policy fine-tuned on it can lose what it knew about calm flight, which gate 4 cannot see.
+   The candidate's error may exceed the active policy's by at most ``calm_margin_m``.
+6. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
    within ``hover_max_dev_m`` for ``hover_ticks``.
 
 Each gate returns a reason string when it fails; the first failure rejects the candidate.
@@ -52,6 +56,7 @@ class ValidationConfig:
     cost_margin_frac: float = 0.05  # candidate cost may exceed the active one by this fraction
     cost_margin_m: float = 0.005  # plus this absolute margin (m) against noise on tiny costs
     crash_distance_m: float = 2.0  # errors are capped here (a diverged rollout costs this much)
+    calm_margin_m: float = 0.02  # calm tracking error may exceed the active one by this (m)
     hover_ticks: int = 150  # length of the hover sanity check (3 s)
     hover_max_dev_m: float = 0.1  # allowed position deviation in the hover check
     seed: int = 1234  # seeds the probes, references and initial states (same for both policies)
