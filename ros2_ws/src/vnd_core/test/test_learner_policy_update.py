@@ -89,3 +89,21 @@ def test_training_changes_the_policy_not_the_model():
     assert not torch.equal(policy.state_dict()["net.0.weight"], policy_before["net.0.weight"])
     for name, value in model.state_dict().items():
         assert torch.equal(value, model_before[name]), name
+
+
+def test_latent_pathway_only_keeps_the_z_zero_policy():
+    model = loud_model()
+    torch.manual_seed(2)
+    policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,)))
+    before = copy.deepcopy(policy.state_dict())
+    config = TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=20, iterations=3)
+    train_policy_on_model(policy, model, VEHICLE, config, latent_pathway_only=True)
+    after = policy.state_dict()
+    nz = policy.latent_dim
+    first, first_before = after["net.0.weight"], before["net.0.weight"]
+    assert torch.equal(first[:, :-nz], first_before[:, :-nz])  # non-z inputs untouched
+    assert not torch.equal(first[:, -nz:], first_before[:, -nz:])  # the z pathway learned
+    for name, value in after.items():
+        if name != "net.0.weight":
+            assert torch.equal(value, before[name]), name
+    assert all(p.requires_grad for p in policy.parameters())  # training mode restored

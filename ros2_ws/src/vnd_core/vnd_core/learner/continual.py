@@ -77,6 +77,7 @@ class LearnerConfig:
     anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
     pool_fraction: float = 0.5  # other episodes whose z is a re-encoded replay latent
     residual_components: str = "translational"  # residual parts the policy trains against
+    latent_pathway_only: bool = False  # train only the policy weights that read z (see docs)
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
     seed: int = 0  # seeds fit, training and eviction (each update offsets it by its version)
 
@@ -308,6 +309,7 @@ class ContinualLearner:
             latent_pool=fit.latents.z if fit.latents is not None else None,
             pool_fraction=c.pool_fraction,
             components=c.residual_components,
+            latent_pathway_only=c.latent_pathway_only,
         )
         metrics["train"] = {
             k: summary[k] for k in ("iterations", "first_loss", "final_loss", "final_pos_error_m")

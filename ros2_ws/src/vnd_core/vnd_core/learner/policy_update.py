@@ -43,12 +43,14 @@ def train_policy_on_model(
     latent_pool: torch.Tensor | None = None,
     pool_fraction: float = 0.5,
     components: str = "translational",
+    latent_pathway_only: bool = False,
 ) -> dict:
     """Train ``policy`` in place on ``model``'s dynamics with z ~ N(0, I) per rollout
     (a fraction ``anchor_fraction`` of the rollouts: z = 0 on the prior; a fraction
     ``pool_fraction`` of the others: a row of ``latent_pool`` (M, nz), the re-encoded replay;
     residual clipped to ``residual_bound`` (12,) when given and restricted to ``components``;
-    see the module docstring).
+    see the module docstring). ``latent_pathway_only``: train only the weights that read z
+    (:func:`_train_latent_pathway_only`).
 
     ``policy`` is the warm start (pass a copy of the active policy); its latent size must equal
     the model's. The model is frozen (``frozen_dynamics``). Returns the trainer's JSON-able
@@ -61,12 +63,39 @@ def train_policy_on_model(
     if not 0.0 <= anchor_fraction < 1.0:
         raise ValueError(f"anchor_fraction must be within [0, 1), got {anchor_fraction}")
     policy.train()
+    restore = _train_latent_pathway_only(policy) if latent_pathway_only else None
     dynamics = anchored_dynamics(model, residual_bound, components)
     sampler = anchored_latent(model.latent_dim, anchor_fraction, latent_pool, pool_fraction)
     trainer = PolicyTrainer(policy, dynamics, vehicle, config, sampler)
     summary = trainer.train(progress=progress)
+    if restore is not None:
+        restore()
     policy.eval()
     return summary
+
+
+def _train_latent_pathway_only(policy: PolicyNet) -> Callable[[], None]:
+    """Let training change only the first-layer weights on the z inputs; returns the undo.
+
+    With z = 0 such a policy commands exactly what the active one did, so calm flight (and the
+    encoder's warm-up, z = 0) keeps the behaviour earned by the long base training, while the
+    latent learns a condition-dependent shift of the first hidden layer. Gradients of every
+    other weight are dropped (Adam leaves a weight with zero gradient and zero moments alone).
+    """
+    first = policy.net[0].weight
+    mask = torch.zeros_like(first)
+    mask[:, first.shape[1] - policy.latent_dim :] = 1.0
+    frozen = [p for p in policy.parameters() if p is not first and p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    handle = first.register_hook(lambda grad: grad * mask)
+
+    def restore() -> None:
+        handle.remove()
+        for p in frozen:
+            p.requires_grad_(True)
+
+    return restore
 
 
 POOL_JITTER = 0.1  # std of the noise added to a latent drawn from the replay pool
