@@ -17,7 +17,7 @@ from vnd_core.bridges.mavros import ATTITUDE_TARGET_TOPIC, AttitudeTargetFields,
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown
 
 from vnd_bridges.common import (
     CTBR_COMMAND_TYPE,
@@ -101,14 +101,7 @@ def fill_attitude_target(msg: Any, fields: AttitudeTargetFields) -> Any:
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``mavros_bridge_node``."""
     init(args=args)
-    node = MavrosBridgeNode()
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(MavrosBridgeNode())
 
 
 if __name__ == "__main__":

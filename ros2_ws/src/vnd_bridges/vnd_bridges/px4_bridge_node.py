@@ -23,7 +23,7 @@ from vnd_core.bridges.px4 import (
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown
 
 from vnd_bridges.common import (
     CTBR_COMMAND_TYPE,
@@ -107,14 +107,7 @@ def fill_message(msg: Any, fields: Any) -> Any:
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``px4_bridge_node``."""
     init(args=args)
-    node = Px4BridgeNode()
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(Px4BridgeNode())
 
 
 if __name__ == "__main__":

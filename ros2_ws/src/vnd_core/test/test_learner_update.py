@@ -9,16 +9,22 @@ import numpy as np
 import pytest
 import torch
 from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
+from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.dynamics import NominalModel
+from vnd_core.evaluation.baselines import clone_policy
 from vnd_core.learner.continual import ContinualLearner, LearnerConfig
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.validation import (
+    EvalSet,
     ValidationConfig,
     action_limit_violation,
+    calm_tracking_regression,
     hover_deviation_m,
     non_finite_tensor,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.reference import ReferenceSpec, Trajectory
+from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.fit import FitConfig
@@ -156,3 +162,24 @@ def test_first_update_starts_from_the_base_policy_not_from_its_untrained_z_weigh
     assert result.accepted, result.reason
     first_layer = result.bundle.policy.net[0].weight
     assert torch.count_nonzero(first_layer[:, -active.policy.latent_dim :]) == 0
+
+
+def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
+    active = load_bundle(shipped_bundle_path()).policy  # a policy that does track on the prior
+    candidate = clone_policy(active)
+    with torch.no_grad():  # a thrust bias: it settles off every reference
+        candidate.net[-1].bias[0] += 1.0
+    rollouts = 8
+    spec = ReferenceSpec(kind="figure8", center_m=(0.0, 0.0, 1.2))
+    eval_set = EvalSet(
+        z_model=torch.zeros(rollouts, 8),
+        z_active=torch.zeros(rollouts, 8),
+        trajectory=Trajectory.from_spec(spec, rollouts),
+        initial=hover_state((rollouts,), position_m=spec.center_m),
+    )
+    config = ValidationConfig(eval_ticks=100)
+    reason, figures = calm_tracking_regression(candidate, active, VEHICLE, eval_set, config, 2)
+    assert reason is not None and "calm tracking on the prior" in reason
+    assert figures["candidate"] > figures["active"] + config.calm_margin_m
+    same, _ = calm_tracking_regression(active, active, VEHICLE, eval_set, config, 2)
+    assert same is None

@@ -28,7 +28,6 @@ from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_core.flight.stats import LatencyWindow, RateEstimator, TickMonitor
 from vnd_core.vehicle import load_vehicle
-from vnd_ros.log import get_logger
 from vnd_ros.messages import get_message
 from vnd_ros.params import ParameterError, freeze_parameters, param
 from vnd_ros.qos import (
@@ -39,7 +38,7 @@ from vnd_ros.qos import (
     qos_profile_sensor_data,
     qos_profile_status,
 )
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
 CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
 # Sensor-data QoS (best effort) with a deeper reader queue: a burst of load on the encoder
@@ -216,19 +215,9 @@ def main(args: list[str] | None = None) -> None:
     torch.set_num_threads(1)  # two cores shared with the policy and the learner
     sys.setswitchinterval(0.0005)  # the loader thread must not stall a callback for 5 ms
     init(args=args)
-    try:
-        node = EncoderNode()
-    except (BundleError, ParameterError, ValueError) as err:
-        get_logger("encoder").fatal(f"cannot start: {err}")
-        try_shutdown()
-        sys.exit(1)
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(
+        start_node(EncoderNode, (BundleError, ParameterError, ValueError), "encoder")
+    )
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from vnd_core.flight.stats import LatencyWindow, RateEstimator
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_sensor_data, qos_profile_status
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown
 
 
 @dataclass(frozen=True)
@@ -113,14 +113,7 @@ def _finite(value: float) -> float:
 def main(args: list[str] | None = None) -> None:
     """Run the pose filter node until Ctrl-C or SIGTERM."""
     init(args=args)
-    node = PoseFilterNode()
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(PoseFilterNode())
 
 
 if __name__ == "__main__":

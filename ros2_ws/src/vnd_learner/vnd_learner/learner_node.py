@@ -36,7 +36,7 @@ from vnd_core.learner_store.replay_store import ReplayStore, ReplayStoreError, S
 from vnd_ros.messages import get_message, message_definition, serialize, type_hash
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_model, qos_profile_replay, qos_profile_status
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown
 
 from vnd_learner.records import TRANSITION_TYPE, TickBuffer, key_of_cdr, records_from_cdr, tick_key
 from vnd_learner.worker_client import WorkerClient, WorkerSpec
@@ -332,26 +332,19 @@ class LearnerNode(Node):
         set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
         self.status_pub.publish(status)
 
-    def close(self) -> None:
-        """Make the open store segment durable and stop the worker."""
+    def destroy_node(self) -> None:
+        """Make the open store segment durable, stop the worker, then destroy the node."""
         self.shutting_down = True
         self.store.close()
         if self.worker is not None:
             self.worker.stop()
+        super().destroy_node()
 
 
 def main(args: list[str] | None = None) -> None:
     """Run the learner node until Ctrl-C or SIGTERM."""
     init(args=args)
-    node = LearnerNode()
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(LearnerNode())
 
 
 if __name__ == "__main__":

@@ -55,7 +55,6 @@ from vnd_core.flight.stats import (
 from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import load_scenario
 from vnd_core.vehicle import load_vehicle
-from vnd_ros.log import get_logger
 from vnd_ros.messages import get_message
 from vnd_ros.params import ParameterError, freeze_parameters, param
 from vnd_ros.qos import (
@@ -66,7 +65,7 @@ from vnd_ros.qos import (
     qos_profile_sensor_data,
     qos_profile_status,
 )
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
 # Node counters (besides the controller's and the safety filter's).
 ODOM_NON_FINITE = "odom_non_finite_dropped"
@@ -327,21 +326,11 @@ def main(args: list[str] | None = None) -> None:
     # The bundle loader thread must not hold the GIL for the default 5 ms while a tick waits.
     sys.setswitchinterval(0.0005)
     init(args=args)
-    try:
-        node = PolicyNode()
-    except (BundleError, ConfigError, ParameterError, ValueError) as err:
-        get_logger("policy").fatal(f"cannot start: {err}")
-        try_shutdown()
-        sys.exit(1)
+    errors = (BundleError, ConfigError, ParameterError, ValueError)
+    node = start_node(PolicyNode, errors, "policy")
     gc.collect()
     gc.freeze()  # start-up objects never need scanning again: shorter collector pauses
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

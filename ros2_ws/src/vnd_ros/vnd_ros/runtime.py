@@ -7,7 +7,8 @@ create_publisher / create_subscription / create_timer, declare_parameter(s), get
 get_logger, get_clock().now(), get_name / get_namespace / get_fully_qualified_name,
 destroy_node; the functions init, spin, spin_once, shutdown, try_shutdown, ok; and
 SingleThreadedExecutor (add_node, spin, spin_once) to spin several nodes in one process.
-A node's main() should catch ``(KeyboardInterrupt, ExternalShutdownException)`` around spin:
+A node's main() builds its node with :func:`start_node` and runs it with
+:func:`spin_until_shutdown`, which catches ``(KeyboardInterrupt, ExternalShutdownException)``:
 SIGINT raises the first on both backends, rclpy raises the second after SIGTERM (the dds
 backend's spin simply returns).
 
@@ -18,10 +19,11 @@ where a parameter override came from on both backends.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TypeVar
 
 from vnd_ros.backend import backend_name
+from vnd_ros.log import get_logger
 from vnd_ros.ros_args import RosArgs, parse_ros_args
 
 BACKEND = backend_name()
@@ -90,6 +92,41 @@ else:
         _dds.init(args=_recorded_args, **kwargs)
 
 
+NodeT = TypeVar("NodeT")
+
+
+def start_node(
+    factory: Callable[[], NodeT],
+    errors: tuple[type[Exception], ...],
+    name: str,
+    exit_code: int = 1,
+) -> NodeT:
+    """``factory()``, or, when it raises one of ``errors`` (bad parameters, an unloadable
+    bundle...), a fatal ``cannot start: <reason>`` line from logger ``name`` and process exit
+    with ``exit_code``."""
+    try:
+        return factory()
+    except errors as err:
+        _exit_on_startup_error(name, err, exit_code)
+
+
+def _exit_on_startup_error(name: str, err: Exception, exit_code: int) -> NoReturn:
+    get_logger(name).fatal(f"cannot start: {err}")
+    try_shutdown()
+    sys.exit(exit_code)
+
+
+def spin_until_shutdown(node: Any) -> None:
+    """Spin ``node`` until Ctrl-C or SIGTERM, then destroy it and shut the context down."""
+    try:
+        spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        try_shutdown()
+
+
 def ros_arguments() -> RosArgs:
     """The ROS arguments given to :func:`init` (parsed again; cheap)."""
     return parse_ros_args(_recorded_args)
@@ -120,5 +157,7 @@ __all__ = [
     "shutdown",
     "spin",
     "spin_once",
+    "spin_until_shutdown",
+    "start_node",
     "try_shutdown",
 ]

@@ -26,7 +26,6 @@ The vehicle waits on a stand at the scenario's start point until the first valid
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +42,7 @@ from vnd_core.vehicle import load_vehicle
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profile_status
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
 NS_PER_S = 1_000_000_000
 WORLD_FRAME_ID = "world"  # ENU world frame of mocap and truth (REP 103)
@@ -268,19 +267,7 @@ def fill_quaternion(target: Any, wxyz: np.ndarray) -> None:
 def main(args: list[str] | None = None) -> None:
     """Entry point of ``sim_node``."""
     init(args=args)
-    try:
-        node = SimNode()
-    except (ConfigError, ValueError) as err:
-        print(f"sim_node: {err}", file=sys.stderr)
-        try_shutdown()
-        sys.exit(2)
-    try:
-        spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        try_shutdown()
+    spin_until_shutdown(start_node(SimNode, (ConfigError, ValueError), "sim_node", 2))
 
 
 if __name__ == "__main__":

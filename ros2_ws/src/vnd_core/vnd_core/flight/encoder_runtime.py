@@ -199,7 +199,7 @@ class LatentEstimator:
         if len(self.buffer) == 1:  # the push started a new window (first entry or gap)
             self._rows.clear()
             self._actions.clear()
-        elif self._model is not None and previous is not None and action is not None:
+        elif self._model is not None and previous is not None:
             self._actions.append(np.asarray(action, dtype=float))
             if len(self._actions) == self._actions.maxlen:  # a_{t-d} of transition t is held
                 states = _f32(np.stack([previous, state]))

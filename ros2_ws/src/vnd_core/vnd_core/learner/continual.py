@@ -36,6 +36,7 @@ from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import (
     ValidationConfig,
     action_limit_violation,
+    calm_tracking_regression,
     hover_deviation_m,
     make_eval_set,
     model_rollout_cost,
@@ -43,7 +44,7 @@ from vnd_core.learner.validation import (
     non_finite_tensor,
 )
 from vnd_core.policy import PolicyNet
-from vnd_core.trainer import Dynamics, TrainerConfig, prior_dynamics
+from vnd_core.trainer import Dynamics, TrainerConfig
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import NO_LABEL, TransitionDataset
 from vnd_core.vnd.features import prior_error
@@ -374,15 +375,11 @@ class ContinualLearner:
         model = self._active.model
         return model.config if model is not None else self.config.model
 
-    def _context_len(self) -> int:
-        model = self._active.model
-        return model.context_len if model is not None else self.config.model.context_len
-
     def _min_run_ticks(self) -> int:
         """Shortest run that yields a fit window: C context transitions, K targets, + 1 state,
         + the d states whose delayed action lies before the run."""
-        delay = self._model_config().action_delay_ticks
-        return self._context_len() + self.config.fit.horizon + 1 + delay
+        model = self._model_config()
+        return model.context_len + self.config.fit.horizon + 1 + model.action_delay_ticks
 
     def _window_count(self) -> int:
         """Fit windows the replay holds now (cheap: from stamps and modes only)."""
@@ -459,26 +456,14 @@ class ContinualLearner:
         dt_s = model.prior.config.dt_s
         # the model maps the action issued d ticks ago to the next state: roll out with that lag
         delay = model.config.action_delay_ticks or v.delay_ticks
-        candidate_cost = model_rollout_cost(
-            policy,
-            eval_set.z_model,
-            dynamics,
-            eval_set,
-            v.eval_ticks,
-            v.crash_distance_m,
-            dt_s,
-            delay,
-        )
-        active_cost = model_rollout_cost(
-            active.policy,
-            eval_set.z_active,
-            dynamics,
-            eval_set,
-            v.eval_ticks,
-            v.crash_distance_m,
-            dt_s,
-            delay,
-        )
+
+        def cost(p: PolicyNet, z: torch.Tensor) -> float:
+            return model_rollout_cost(
+                p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay
+            )
+
+        candidate_cost = cost(policy, eval_set.z_model)
+        active_cost = cost(active.policy, eval_set.z_active)
         checks["cost_m"] = {"candidate": candidate_cost, "active": active_cost}
         allowed = active_cost * (1.0 + v.cost_margin_frac) + v.cost_margin_m
         if not candidate_cost <= allowed:
@@ -487,7 +472,9 @@ class ContinualLearner:
                 f"policy's {active_cost:.4f} m beyond the margin (allowed {allowed:.4f} m)",
                 checks,
             )
-        reason = self._calm_regression(policy, eval_set, delay, checks)
+        reason, checks["calm_cost_m"] = calm_tracking_regression(
+            policy, active.policy, self.vehicle, eval_set, v, delay
+        )
         if reason:
             return reason, checks
         deviation = hover_deviation_m(policy, self.vehicle, v.hover_ticks)
@@ -499,28 +486,6 @@ class ContinualLearner:
                 checks,
             )
         return None, checks
-
-    def _calm_regression(self, policy: PolicyNet, eval_set, delay: int, checks: dict) -> str | None:
-        """Gate 5 (validation.py): tracking on the bare prior with z = 0, candidate vs active."""
-        v, active = self.config.validation, self._active
-        prior = NominalModel(self.vehicle)
-        calm = dataclasses.replace(eval_set, z_model=torch.zeros(len(eval_set.initial), 1))
-
-        def cost(p: PolicyNet) -> float:
-            z = torch.zeros(len(eval_set.initial), p.latent_dim)
-            dynamics = prior_dynamics(prior)
-            return model_rollout_cost(
-                p, z, dynamics, calm, v.eval_ticks, v.crash_distance_m, prior.config.dt_s, delay
-            )
-
-        candidate, previous = cost(policy), cost(active.policy)
-        checks["calm_cost_m"] = {"candidate": candidate, "active": previous}
-        if not candidate <= previous + v.calm_margin_m:
-            return (
-                f"calm tracking on the prior {candidate:.4f} m exceeds the active policy's "
-                f"{previous:.4f} m by more than {v.calm_margin_m} m"
-            )
-        return None
 
 
 class _Progress:

@@ -67,9 +67,11 @@ def train_policy_on_model(
     dynamics = anchored_dynamics(model, residual_bound, components)
     sampler = anchored_latent(model.latent_dim, anchor_fraction, latent_pool, pool_fraction)
     trainer = PolicyTrainer(policy, dynamics, vehicle, config, sampler)
-    summary = trainer.train(progress=progress)
-    if restore is not None:
-        restore()
+    try:
+        summary = trainer.train(progress=progress)
+    finally:
+        if restore is not None:
+            restore()
     policy.eval()
     return summary
 

@@ -34,7 +34,7 @@ from vnd_core.policy import PolicyNet
 from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import POS, QUAT, VEL, hover_state
-from vnd_core.trainer import Dynamics
+from vnd_core.trainer import Dynamics, prior_dynamics
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.metrics import open_loop_errors
@@ -217,6 +217,41 @@ def model_rollout_cost(
         total += torch.where(crashed, torch.full_like(error, crash_distance_m), error)
         state = torch.where(crashed[:, None], eval_set.initial, state)  # keep crashed finite
     return float(total.mean() / ticks)
+
+
+def calm_tracking_regression(
+    candidate: PolicyNet,
+    active: PolicyNet,
+    vehicle: VehicleParams,
+    eval_set: EvalSet,
+    config: ValidationConfig,
+    delay_ticks: int,
+) -> tuple[str | None, dict]:
+    """Gate 5: (reason or None, figures) of both policies flying ``eval_set``'s references on
+    the bare prior with z = 0 (its latents are ignored)."""
+    prior = NominalModel(vehicle)
+    dynamics = prior_dynamics(prior)
+
+    def cost(policy: PolicyNet) -> float:
+        z = torch.zeros(len(eval_set.initial), policy.latent_dim)
+        return model_rollout_cost(
+            policy,
+            z,
+            dynamics,
+            eval_set,
+            config.eval_ticks,
+            config.crash_distance_m,
+            prior.config.dt_s,
+            delay_ticks,
+        )
+
+    figures = {"candidate": cost(candidate), "active": cost(active)}
+    if not figures["candidate"] <= figures["active"] + config.calm_margin_m:
+        return (
+            f"calm tracking on the prior {figures['candidate']:.4f} m exceeds the active "
+            f"policy's {figures['active']:.4f} m by more than {config.calm_margin_m} m"
+        ), figures
+    return None, figures
 
 
 def model_worse_than_prior(
