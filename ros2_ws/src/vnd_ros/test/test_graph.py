@@ -37,8 +37,10 @@ def test_remote_node_is_visible_with_gids_and_user_data(spawn_peer):
     _, guid_hex, fqn, topic = peer.wait_line("READY").split()
     assert (fqn, topic) == ("/uav1/watcher", "/uav1/chatter")
 
+    # The graph is eventually consistent: the node may be announced before its reader is.
     nodes = _wait_for(
-        lambda: [n for n in view.nodes() if n.fully_qualified_name == fqn], what="node in graph"
+        lambda: [n for n in view.nodes() if n.fully_qualified_name == fqn and n.reader_gids],
+        what="node with its reader in graph",
     )
     topics = _wait_for(lambda: view.topics().get(topic), what="topic in graph")
     assert topics.types == {"std_msgs/msg/String"} and topics.subscriber_count == 1
