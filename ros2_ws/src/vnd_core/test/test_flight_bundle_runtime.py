@@ -10,6 +10,8 @@ import torch
 from vnd_core.bundle import Bundle, BundleError, bundle_to_bytes, save_bundle
 from vnd_core.flight.bundle_runtime import (
     ACTION_ACTIVATE,
+    ACTION_ARM,
+    ACTION_DISARM,
     ACTION_LIST,
     ACTION_LOAD,
     ACTION_PIN,
@@ -140,3 +142,10 @@ def test_encoder_checks(paths):
         assert rt.load_startup(paths[1]).active_version == 1
     finally:
         rt.close()
+
+
+def test_arming_actions_are_refused_with_the_node_that_takes_them(runtime):
+    """An encoder asked to arm (a request without target_node) says who arms instead."""
+    reply = runtime.request(ACTION_ARM, "a")
+    assert not reply.accepted and reply.message == "arm is for the policy node"
+    assert runtime.request(ACTION_DISARM, "d").message == "disarm is for the policy node"

@@ -133,3 +133,24 @@ def test_swap_keeps_previous_actions(vehicle):
     assert record.policy_version == 2
     np.testing.assert_array_equal(ctl._runner.prev_actions[1], before[0])
     np.testing.assert_array_equal(ctl._runner.prev_actions[0], record.action)
+
+
+def test_rearm_starts_over_like_a_restarted_node(vehicle):
+    ctl = controller(vehicle, kind="circle")
+    bundle = bundle_of(vehicle, 1)
+    for k in range(3):
+        now = T0_NS + k * PERIOD_NS
+        ctl.tick(now, hover_state(), now, bundle, None)
+    assert not ctl.arm(now, (hover_state(), now)).accepted  # flying: nothing restarts
+    assert ctl.disarm(now).accepted
+    for k in range(3, 60):  # disarmed on the floor: zero commands become the history
+        now = T0_NS + k * PERIOD_NS
+        assert ctl.tick(now, hover_state(0.0), now, bundle, None).mode == Mode.DISARMED
+    assert not ctl._runner.prev_actions[0].any()
+    assert ctl.arm(now, (hover_state(0.0), now)).accepted
+    now += PERIOD_NS
+    record = ctl.tick(now, hover_state(0.0), now, bundle, None)
+    fresh = controller(vehicle, kind="circle").tick(now, hover_state(0.0), now, bundle, None)
+    assert record.mode == fresh.mode == Mode.POLICY
+    np.testing.assert_array_equal(record.reference, fresh.reference)  # reference time 0 again
+    np.testing.assert_array_equal(record.action, fresh.action)  # same history: hover

@@ -45,6 +45,36 @@ def latest_counters(status: list) -> dict:
     return json.loads(status[-1][1].counters_json) if status else {}
 
 
+class Operator:
+    """The test's vnd/checkpoint/command publisher and the answers on vnd/checkpoint/status."""
+
+    def __init__(self, harness, peer) -> None:
+        self.wait_for = harness.wait_for
+        self.cls, self.pub = peer.publisher(
+            "vnd_msgs/msg/CheckpointCommand", "vnd/checkpoint/command", qos_profile_default
+        )
+        self.replies = peer.record(
+            "vnd_msgs/msg/CheckpointStatus", "vnd/checkpoint/status", qos_profile_default
+        )
+
+    def ask(self, request_id: str, action: int, path="", version: int = 0, target: str = ""):
+        """Send one request; the policy node's answer to it (fails after 15 s without)."""
+        self.pub.publish(
+            self.cls(
+                request_id=request_id,
+                action=action,
+                path=str(path),
+                version=version,
+                target_node=target,
+            )
+        )
+        return self.wait_for(
+            lambda: next((m for _, m in self.replies if m.request_id == request_id), None),
+            15.0,
+            f"the answer to {request_id}",
+        )
+
+
 def test_ticks_records_nan_odometry_and_latent_versions(harness, bundles):
     H = harness
     node = start_policy(harness, bundles, "/pt_flow")
@@ -147,36 +177,16 @@ def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles):
     peer = H.Peer("/pt_ckpt")
     try:
         H.OdomFeeder(peer)
-        cmd_cls, cmd_pub = peer.publisher(
-            "vnd_msgs/msg/CheckpointCommand", "vnd/checkpoint/command", qos_profile_default
-        )
+        operator = Operator(H, peer)
+        cmd_cls, cmd_pub, replies, ask = operator.cls, operator.pub, operator.replies, operator.ask
         model_cls, model_pub = peer.publisher(
             "vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model
         )
         commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
-        replies = peer.record(
-            "vnd_msgs/msg/CheckpointStatus", "vnd/checkpoint/status", qos_profile_default
-        )
         status = peer.record("vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status)
         peer.start()
         node.wait_log("policy node ready")
         H.wait_for(lambda: len(commands) >= 10 and status, 20.0, "commands")
-
-        def ask(request_id: str, action: int, path: str = "", version: int = 0, target=""):
-            cmd_pub.publish(
-                cmd_cls(
-                    request_id=request_id,
-                    action=action,
-                    path=str(path),
-                    version=version,
-                    target_node=target,
-                )
-            )
-            return H.wait_for(
-                lambda: next((m for _, m in replies if m.request_id == request_id), None),
-                15.0,
-                f"the answer to {request_id}",
-            )
 
         # bad bundles are refused with a reason; the old version keeps flying, no tick lost
         missed_before = status[-1][1].missed_ticks
@@ -231,6 +241,73 @@ def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles):
         H.wait_for(lambda: len(learner_replies()) >= 2, 15.0, "the learner swap")
         assert learner_replies()[-1].accepted and learner_replies()[-1].active_version == 7
         H.wait_for(lambda: commands[-1][1].policy_version == 7, 5.0, "commands from v7")
+    finally:
+        peer.close()
+        node.stop()
+
+
+def test_rearm_after_a_fallback_landing_and_the_kill_switch(harness, bundles):
+    """Starved of odometry the node holds, lands blind and disarms; ARM is refused while the
+    odometry is stale or the vehicle is not on the floor, accepted once it rests there (the
+    policy flies again); DISARM cuts thrust from the next tick."""
+    H = harness
+    fast_blind_landing = ["-p", "safety.hold_timeout_s:=0.3", "-p", "safety.blind_descent_mps:=1.0"]
+    fast_blind_landing += ["-p", "safety.blind_land_margin_s:=0.2"]
+    node = start_policy(harness, bundles, "/pt_arm", *fast_blind_landing)
+    peer = H.Peer("/pt_arm")
+    try:
+        feeder = H.OdomFeeder(peer)
+        operator = Operator(H, peer)
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        replay = peer.record("vnd_msgs/msg/Transition", "vnd/replay", qos_profile_replay)
+        peer.start()
+        node.wait_log("policy node ready")
+        H.wait_for(lambda: commands and commands[-1][1].mode == Mode.POLICY, 20.0, "policy mode")
+        ARM, DISARM = operator.cls.ACTION_ARM, operator.cls.ACTION_DISARM
+
+        flying = operator.ask("arm-flying", ARM)
+        assert not flying.accepted and flying.node == "/pt_arm/policy"
+        assert flying.message == "arm rejected: mode policy (already flying)"
+
+        # starve odometry: hold, blind landing, disarmed (zero thrust)
+        feeder.running = False
+        mark = len(commands)
+        H.wait_for(lambda: commands[-1][1].mode == Mode.DISARMED, 15.0, "the blind landing")
+        modes = [m.mode for _, m in commands[mark:]]
+        first = {mode: modes.index(mode) for mode in (Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND)}
+        assert first[Mode.FALLBACK_HOLD] < first[Mode.FALLBACK_LAND] < modes.index(Mode.DISARMED)
+        stale = operator.ask("arm-stale", ARM)
+        assert not stale.accepted and stale.message.startswith("arm rejected: odometry stale")
+        assert int(stale.message.split()[4]) > 100  # "... stale <age> ms (limit 100 ms)"
+
+        # odometry back, but 1 m up: refused, still disarmed
+        restart_ns = time.time_ns()
+        feeder.running = True
+        H.wait_for(
+            lambda: stamp_ns(commands[-1][1].header.stamp) > restart_ns, 5.0, "fresh odometry"
+        )
+        high = operator.ask("arm-high", ARM)
+        assert not high.accepted
+        assert high.message.startswith("arm rejected: not resting on the floor: 1.00 m above")
+        time.sleep(0.2)
+        assert commands[-1][1].mode == Mode.DISARMED and commands[-1][1].thrust_n == 0.0
+
+        # resting on the floor: armed, IDLE -> POLICY on the next good tick
+        feeder.state = H.hover_state(0.0)
+        H.wait_for(lambda: replay[-1][1].state[2] == 0.0, 5.0, "odometry on the floor")
+        armed = operator.ask("arm", ARM)
+        assert armed.accepted and armed.message.startswith("armed: mode disarmed -> idle")
+        H.wait_for(lambda: commands[-1][1].mode == Mode.POLICY, 5.0, "the policy flying again")
+        assert commands[-1][1].thrust_n > 0.0
+
+        # the kill switch while flying
+        killed = operator.ask("disarm", DISARM)
+        assert killed.accepted and killed.message.startswith("disarmed (was policy)")
+        answered_s = next(t for t, m in operator.replies if m.request_id == "disarm")
+        time.sleep(0.3)
+        after = [m for t, m in commands if t > answered_s + 0.05]
+        assert len(after) >= 5
+        assert all(m.mode == Mode.DISARMED and m.thrust_n == 0.0 for m in after)
     finally:
         peer.close()
         node.stop()

@@ -9,7 +9,9 @@ jitter, and resumes odometry-driven ticks right after a watchdog tick. A watchdo
 runs the tick itself when none happened for more than one period plus ``tick_margin_s``
 (odometry late or gone), then keeps ticking on the 50 Hz grid until odometry is back; the
 safety filter sees the odometry age and falls back. The watchdog callback also applies
-finished bundle loads, so swaps happen between ticks.
+finished bundle loads, so swaps happen between ticks. Operator arm / disarm requests
+(``vnd arm``, ``vnd disarm``: vnd/checkpoint/command) are decided and applied in their
+callback, between two ticks as well (``vnd_core.flight.arming``).
 
 Topics (relative, in the vehicle namespace; see docs/topics.md):
     in   odom (nav_msgs/Odometry), vnd/latent, vnd/reference, vnd/model,
@@ -35,7 +37,13 @@ import torch
 from vnd_core.bundle import BundleError
 from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.config_io import ConfigError
-from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, policy_validator
+from vnd_core.flight.bundle_runtime import (
+    ACTION_ARM,
+    ACTION_DISARM,
+    BundleRuntime,
+    CheckpointReply,
+    policy_validator,
+)
 from vnd_core.flight.controller import (
     ExternalReference,
     LatentSample,
@@ -210,9 +218,23 @@ class PolicyNode(Node):
         """An operator request addressed to this node (or to every node)."""
         if not self.bundles.addressed(msg.target_node):
             return
-        reply = self.bundles.request(int(msg.action), msg.request_id, msg.path, int(msg.version))
+        action = int(msg.action)
+        if action in (ACTION_ARM, ACTION_DISARM):
+            self.publish_reply(self.arming_reply(action, msg.request_id))
+            return
+        reply = self.bundles.request(action, msg.request_id, msg.path, int(msg.version))
         if reply is not None:
             self.publish_reply(reply)
+
+    def arming_reply(self, action: int, request_id: str) -> CheckpointReply:
+        """Arm or disarm now: callbacks never run during a tick (single-threaded executor),
+        so the next tick is the first in the new mode."""
+        now_ns = self.get_clock().now().nanoseconds
+        if action == ACTION_ARM:
+            outcome = self.controller.arm(now_ns, self.odom)
+        else:
+            outcome = self.controller.disarm(now_ns)
+        return self.bundles.reply(request_id, outcome.accepted, outcome.message)
 
     # ------------------------------------------------------------------ tick
     def on_watchdog(self) -> None:

@@ -1,6 +1,7 @@
-"""``vnd checkpoint`` and ``vnd status`` against a real policy node process (dds backend):
-a corrupt bundle is refused with its reason and a non-zero exit, a valid one is accepted,
-activated and rolled back; ``inspect`` works offline on a file."""
+"""``vnd checkpoint``, ``vnd arm`` / ``disarm`` and ``vnd status`` against a real policy node
+process (dds backend): a corrupt bundle is refused with its reason and a non-zero exit, a valid
+one is accepted, activated and rolled back; arming is refused with its reason; ``inspect``
+works offline on a file."""
 
 from __future__ import annotations
 
@@ -116,6 +117,19 @@ def test_valid_bundle_load_activate_rollback(policy_node, bundles):
     status = vnd("status", "--vehicle", policy_node, "--spin-time", "3")
     assert status.returncode == 0, status.stdout + status.stderr
     assert f"/{policy_node}/policy" in status.stdout
+
+
+def test_arm_and_disarm(policy_node):
+    """Without odometry: arm while idle is a no-op, disarm always works, arm is then refused
+    with the reason and a non-zero exit."""
+    idle = vnd("arm", "--vehicle", policy_node, "--timeout", "30")
+    assert idle.returncode == 0 and "accepted: already armed (mode idle)" in idle.stdout
+    disarmed = vnd("disarm", "--vehicle", policy_node, "--timeout", "30")
+    assert disarmed.returncode == 0, disarmed.stdout + disarmed.stderr
+    assert f"/{policy_node}/policy: accepted: disarmed (was idle)" in disarmed.stdout
+    refused = vnd("arm", "--vehicle", policy_node, "--timeout", "30")
+    assert refused.returncode == 1
+    assert f"/{policy_node}/policy: REJECTED: arm rejected: no odometry received" in refused.stdout
 
 
 def test_no_stack_times_out_with_an_error():

@@ -270,6 +270,14 @@ def test_type_hash_is_rihs01() -> None:
     assert messages.type_hash("std_msgs/msg/Header") == header_hash
 
 
+def test_new_constants_keep_the_type_hash() -> None:
+    """CheckpointCommand gained ACTION_ARM / ACTION_DISARM; constants are not hashed (REP-2011),
+    so peers built before them still match: the hash is the one from before the change."""
+    command_hash = messages.type_hash("vnd_msgs/msg/CheckpointCommand")
+    assert command_hash == "RIHS01_b701521d37606b602ed1ac163ea1babaf6f8d40c34f025ff83f4714856ab29dc"
+    assert messages.get_message("vnd_msgs/msg/CheckpointCommand").ACTION_DISARM == 7
+
+
 def test_rosbags_conversion_round_trip() -> None:
     latent_cls = messages.get_message("vnd_msgs/msg/Latent")
     latent = latent_cls(encoder_version=4, valid=True, z=[0.5, -1.5, 2.0])

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bag": ("vnd_ros.commands.bag", "record, inspect and play rosbag2 (MCAP) bags"),
     "topic": ("vnd_ros.commands.topic", "list, echo and measure the rate of topics"),
     "checkpoint": ("vnd_ros.commands.checkpoint", "list, load, activate and roll back bundles"),
+    "arm": ("vnd_ros.commands.arm", "re-arm the policy node after a landing (DISARMED -> IDLE)"),
+    "disarm": ("vnd_ros.commands.disarm", "operator kill switch: DISARMED, zero thrust"),
     "status": ("vnd_ros.commands.status", "modes, versions, rates and learner state"),
     "fly": ("vnd_ros.commands.fly", "fly the simulated stack through a scenario and report"),
     "preflight": ("vnd_ros.commands.preflight", "check a live graph before take-off"),

@@ -59,6 +59,8 @@ class CheckpointAction(enum.IntEnum):
     ROLLBACK = 3
     PIN = 4
     UNPIN = 5
+    ARM = 6  # policy node only
+    DISARM = 7  # policy node only
 
 
 class ClientError(RuntimeError):

@@ -37,7 +37,9 @@ ACTION_ACTIVATE = 2
 ACTION_ROLLBACK = 3
 ACTION_PIN = 4
 ACTION_UNPIN = 5
-ACTION_NAMES = ("list", "load", "activate", "rollback", "pin", "unpin")
+ACTION_ARM = 6  # answered by the policy node (vnd_core.flight.arming), not by a BundleRuntime
+ACTION_DISARM = 7
+ACTION_NAMES = ("list", "load", "activate", "rollback", "pin", "unpin", "arm", "disarm")
 
 Validator = Callable[[Bundle], None]
 
@@ -152,11 +154,13 @@ class BundleRuntime:
         """Carry out an operator request; the reply, or None for a load (answered by poll())."""
         if action == ACTION_LOAD:
             if not path:
-                return self._reply(request_id, False, "load needs a bundle path")
+                return self.reply(request_id, False, "load needs a bundle path")
             self.swapper.submit(self._path_loader(path), Source.OPERATOR, request_id)
             return None
         if action == ACTION_LIST:
-            return self._reply(request_id, True, self.describe())
+            return self.reply(request_id, True, self.describe())
+        if action in (ACTION_ARM, ACTION_DISARM):  # the encoder, asked without a target_node
+            return self.reply(request_id, False, f"{ACTION_NAMES[action]} is for the policy node")
         handlers = {
             ACTION_ACTIVATE: lambda: self.swapper.activate(int(version), request_id),
             ACTION_ROLLBACK: lambda: self.swapper.rollback(request_id),
@@ -164,7 +168,7 @@ class BundleRuntime:
             ACTION_UNPIN: lambda: self.swapper.unpin(request_id),
         }
         if action not in handlers:
-            return self._reply(request_id, False, f"unknown checkpoint action {action}")
+            return self.reply(request_id, False, f"unknown checkpoint action {action}")
         return self._from_event(handlers[action]())
 
     def poll(self) -> list[CheckpointReply]:
@@ -195,9 +199,10 @@ class BundleRuntime:
         request_id = event.request_id
         if not request_id and event.source == Source.LEARNER and event.version is not None:
             request_id = learner_request_id(event.version)
-        return self._reply(request_id, event.accepted, event.message)
+        return self.reply(request_id, event.accepted, event.message)
 
-    def _reply(self, request_id: str, accepted: bool, message: str) -> CheckpointReply:
+    def reply(self, request_id: str, accepted: bool, message: str) -> CheckpointReply:
+        """An answer to ``request_id`` carrying this node's bundle state."""
         return CheckpointReply(
             request_id=request_id,
             node=self.node_name,

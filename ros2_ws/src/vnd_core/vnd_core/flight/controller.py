@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vnd_core.bundle import Bundle
+from vnd_core.flight import arming
+from vnd_core.flight.arming import ArmingReply, Odometry
 from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter
 from vnd_core.flight.stats import NS_PER_S, ReasonCounter
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
@@ -155,6 +157,22 @@ class PolicyController:
     def set_external_reference(self, reference: ExternalReference | None) -> None:
         """Follow ``reference`` from now on (None: back to the parameter reference)."""
         self._external = reference
+
+    def arm(self, now_ns: int, odom: Odometry | None) -> ArmingReply:
+        """Operator arm request (:func:`vnd_core.flight.arming.arm`), between two ticks. Leaving
+        DISARMED starts over like a restarted node: reference time from the next odometry,
+        the policy's previous actions back at hover (not the zeros sent while disarmed)."""
+        was_disarmed = self.safety.mode == Mode.DISARMED
+        reply = arming.arm(self.safety, now_ns, odom)
+        if reply.accepted and was_disarmed:
+            self._t0_ns = None
+            if self._runner is not None:
+                self._runner.reset()
+        return reply
+
+    def disarm(self, now_ns: int) -> ArmingReply:
+        """Operator kill switch (:func:`vnd_core.flight.arming.disarm`), between two ticks."""
+        return arming.disarm(self.safety, now_ns)
 
     def tick(
         self,

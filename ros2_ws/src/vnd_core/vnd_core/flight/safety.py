@@ -11,6 +11,7 @@ Modes (same numbers as ``vnd_msgs/CtbrCommand.MODE_*``)::
     FALLBACK_HOLD --hold_timeout_s since entering hold--> FALLBACK_LAND
     FALLBACK_LAND --resting on the floor for touchdown_time_s--> DISARMED (thrust 0)
     any --disarm()--> DISARMED --rearm()--> IDLE
+    (operator arm / disarm requests: ``vnd_core.flight.arming``)
 
 Landing is final: faults clearing during FALLBACK_LAND do not hand control back to the
 policy (an operator re-arms). IDLE and DISARMED output zero thrust and zero rates.
@@ -128,6 +129,24 @@ class SafetyOutput:
     action: np.ndarray  # (4,) thrust N, body rates rad/s FLU; within limits, finite
     mode: Mode  # controller mode that produced it
     reasons: tuple[str, ...]  # faults present and limits applied this tick (empty = clean)
+
+
+def not_resting_reason(state: np.ndarray, config: SafetyConfig) -> str | None:
+    """Why ``state`` (13,) is not resting on the floor, or None when it is: at most
+    ``touchdown_height_m`` above ``floor_z_m`` and slower than ``touchdown_speed_mps``
+    vertically (the touchdown test of a landing, also the arming test)."""
+    if state[2] > config.floor_z_m + config.touchdown_height_m:
+        return (
+            f"{state[2] - config.floor_z_m:.2f} m above the floor "
+            f"(touchdown height {config.touchdown_height_m:.2f} m)"
+        )
+    climb_mps = abs(state[VEL][2])
+    if climb_mps >= config.touchdown_speed_mps:
+        return (
+            f"vertical speed {climb_mps:.2f} m/s "
+            f"(touchdown speed {config.touchdown_speed_mps:.2f} m/s)"
+        )
+    return None
 
 
 class SafetyFilter:
@@ -297,18 +316,12 @@ class SafetyFilter:
 
     def _touched_down(self, now_ns: int) -> bool:
         """True once resting on the floor for ``touchdown_time_s``."""
-        c = self.config
-        state = self._odom_state
-        resting = (
-            state[2] <= c.floor_z_m + c.touchdown_height_m
-            and abs(state[VEL][2]) < c.touchdown_speed_mps
-        )
-        if not resting:
+        if not_resting_reason(self._odom_state, self.config) is not None:
             self._landed_since_ns = None
             return False
         if self._landed_since_ns is None:
             self._landed_since_ns = now_ns
-        return now_ns - self._landed_since_ns >= c.touchdown_time_s * NS_PER_S
+        return now_ns - self._landed_since_ns >= self.config.touchdown_time_s * NS_PER_S
 
     # ------------------------------------------------------------------ commands
 

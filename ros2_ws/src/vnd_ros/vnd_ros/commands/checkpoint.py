@@ -36,14 +36,23 @@ VERBS = {
 }
 
 
+def add_live_options(parser: argparse.ArgumentParser, node: str = "") -> None:
+    """--vehicle, --node (default ``node``; empty = every node) and --timeout: the options of
+    every request to a live stack (also ``vnd arm`` / ``vnd disarm``)."""
+    parser.add_argument("--vehicle", default="vnd1", help="vehicle namespace (default vnd1)")
+    node_help = "address one node (e.g. policy); default all"
+    parser.add_argument(
+        "--node", default=node, help=f"node to address (default {node})" if node else node_help
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, metavar="S", help="answer wait (default 10 s)"
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Verbs and the options they share."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--vehicle", default="vnd1", help="vehicle namespace (default vnd1)")
-    common.add_argument("--node", default="", help="address one node (e.g. policy); default all")
-    common.add_argument(
-        "--timeout", type=float, default=10.0, metavar="S", help="answer wait (default 10 s)"
-    )
+    add_live_options(common)
     sub = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     sub.add_parser("list", parents=[common], help="active and available versions per node")
     inspect = sub.add_parser(
@@ -80,18 +89,22 @@ def run(args: argparse.Namespace) -> int:
             print(f"vnd checkpoint: error: no bundle file {args.path}", file=sys.stderr)
             return 2
         path = str(args.path.resolve())  # the nodes run with their own working directory
-    version = getattr(args, "version", 0)
+    return send(args, VERBS[args.verb], "vnd checkpoint", path, getattr(args, "version", 0))
+
+
+def send(
+    args: argparse.Namespace, action: CheckpointAction, prog: str, path: str = "", version: int = 0
+) -> int:
+    """One request to the stack named by ``args`` (see :func:`add_live_options`); prints the
+    answers. Exit code 0 when every addressed node accepted, 1 otherwise, 130 on Ctrl-C."""
+    os.environ.update(default_environment(os.environ))  # loopback unless configured
     try:
         with StackClient(args.vehicle) as client:
             result = client.checkpoint(
-                VERBS[args.verb],
-                path=path,
-                version=version,
-                target_node=args.node,
-                timeout_s=args.timeout,
+                action, path=path, version=version, target_node=args.node, timeout_s=args.timeout
             )
     except ClientError as err:
-        print(f"vnd checkpoint: error: {err}", file=sys.stderr)
+        print(f"{prog}: error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
