@@ -90,6 +90,9 @@ def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receiv
     replay_publisher.publish_records(flight_records(make_bundle), time.time_ns())
     worker_pid = int(re.search(r"worker pid (\d+)", first.wait_line("worker pid")).group(1))
     status.wait_for(lambda s: s.state in (2, 3, 4), 60)  # fitting, training or validating
+    # training takes only CPU time no flight process wants (SCHED_IDLE, and niced)
+    assert os.sched_getscheduler(worker_pid) == os.SCHED_IDLE
+    assert os.getpriority(os.PRIO_PROCESS, worker_pid) >= 10
     first.kill()  # SIGKILL mid-update: nothing is registered, the worker goes too
     assert wait_gone(worker_pid, 10), "the worker outlived its node"
     assert not list((run_dir / "bundles").glob("*.safetensors"))

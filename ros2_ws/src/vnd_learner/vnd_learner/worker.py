@@ -2,7 +2,8 @@
 
 Started by :class:`vnd_learner.worker_client.WorkerClient` as ``python -m vnd_learner.worker``
 with the vehicle, the active bundle file and the learner preset. It lowers its priority
-(``os.nice``), runs torch on one thread, and talks to the node over its stdin/stdout with the
+(``os.nice``, and on Linux the SCHED_IDLE class: it runs only on CPU time no flight process
+wants, so training never delays a control tick), runs torch on one thread, and talks to the node over its stdin/stdout with the
 frames of :mod:`vnd_core.learner_store.ipc` (JSON header + numpy buffers, bundles as
 safetensors bytes; never pickle). Stray prints cannot corrupt the frame stream: file
 descriptor 1 is pointed at stderr once the frame channel has its own copy.
@@ -202,6 +203,20 @@ def serve(learner: Any, channel: Channel, inbox: queue.Queue) -> int:
                 return EXIT_ERROR
 
 
+def _enter_idle_class() -> None:
+    """Switch this process (and the threads it starts later) to SCHED_IDLE where the OS has it.
+
+    Nice 10 still takes a share of a core from a busy flight process; SCHED_IDLE takes none.
+    Measured on the 2-core demo stack: see benchmarks/results (control_latency.py).
+    """
+    if not hasattr(os, "SCHED_IDLE"):
+        return
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError as err:  # not permitted in some containers: nice alone still applies
+        print(f"vnd-worker: SCHED_IDLE unavailable ({err}); running niced only", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point; the exit code tells the node why it ended."""
     args = parse_args(argv)
@@ -210,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.nice(args.nice)
+    _enter_idle_class()
     channel = Channel(os.fdopen(os.dup(sys.stdout.fileno()), "wb"))
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints now land on stderr
     inbox: queue.Queue = queue.Queue()
