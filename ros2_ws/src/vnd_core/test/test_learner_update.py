@@ -14,12 +14,14 @@ from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
 from vnd_core.learner.continual import ContinualLearner, LearnerConfig
 from vnd_core.learner.records import TickRecords, records_from_arrays
+from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import (
     EvalSet,
     ValidationConfig,
     action_limit_violation,
     calm_tracking_regression,
     hover_deviation_m,
+    make_eval_set,
     non_finite_tensor,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
@@ -27,7 +29,9 @@ from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.fit import FitConfig
+from vnd_core.vnd.model import VNDModel, VNDModelConfig
 from vnd_core.vnd.synthetic import simulate_with_forces
 
 VEHICLE = load_vehicle("agile")
@@ -176,6 +180,7 @@ def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
         z_active=torch.zeros(rollouts, 8),
         trajectory=Trajectory.from_spec(spec, rollouts),
         initial=hover_state((rollouts,), position_m=spec.center_m),
+        calm=torch.ones(rollouts, dtype=torch.bool),
     )
     config = ValidationConfig(eval_ticks=100)
     reason, figures = calm_tracking_regression(candidate, active, VEHICLE, eval_set, config, 2)
@@ -183,3 +188,21 @@ def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
     assert figures["candidate"] > figures["active"] + config.calm_margin_m
     same, _ = calm_tracking_regression(active, active, VEHICLE, eval_set, config, 2)
     assert same is None
+    # without a calm replay window there is nothing the prior can judge: no check
+    windy = dataclasses.replace(eval_set, calm=torch.zeros(rollouts, dtype=torch.bool))
+    unjudged, figures = calm_tracking_regression(candidate, active, VEHICLE, windy, config, 2)
+    assert unjudged is None and figures == {"calm_windows": 0}
+
+
+def test_eval_set_marks_the_windows_where_the_prior_was_right_as_calm():
+    model = VNDModel(VEHICLE, VNDModelConfig(action_delay_ticks=0))
+    segments = to_segments(windy_records(), PERIOD_S, 1.5, {})
+    dataset = TransitionDataset(model.prior, segments, 0)
+    config = ValidationConfig(eval_rollouts=64)
+    eval_set = make_eval_set(model, None, model.latent_dim, dataset, config)
+    starts = dataset.window_starts(model.context_len, 0)
+    generator = torch.Generator().manual_seed(config.seed)  # the draw make_eval_set makes
+    pick = starts[torch.randint(len(starts), (config.eval_rollouts,), generator=generator)]
+    in_calm_segment = dataset.tensors()["labels"][pick] == 1  # label ids in order: wind, calm
+    assert 0 < int(in_calm_segment.sum()) < config.eval_rollouts
+    assert torch.equal(eval_set.calm, in_calm_segment)

@@ -19,7 +19,7 @@ from vnd_core.vnd import (
 )
 from vnd_core.vnd.features import RESIDUAL_DIM, apply_residual, state_difference
 from vnd_core.vnd.fit import FitConfig, vnd_losses
-from vnd_core.vnd.losses import MMDSchedule
+from vnd_core.vnd.losses import MMDSchedule, velocity_sensitivity_penalty
 from vnd_core.vnd.synthetic import simulate_with_forces, two_condition_segments
 
 torch.set_num_threads(1)
@@ -321,3 +321,31 @@ def test_select_keeps_chosen_segments_without_recomputing(model, windy):
     assert torch.equal(first, windy.tensors()["targets"][offsets[4] : offsets[5]])
     with pytest.raises(IndexError, match="segment 9 out of range"):
         windy.select([9])
+
+
+def test_sensitivity_penalty_measures_velocity_slopes_in_units_of_the_prior_gains():
+    inputs = torch.randn(5, 4, 16)
+    mass_kg, dt_s = 0.8, 0.02
+
+    def slopes(k_vel: float, k_thrust: float, k_rate: float):
+        def correction(x: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros(*x.shape[:-1], 12)
+            out[..., 6:9] = k_vel * x[..., 0:3] + k_thrust * x[..., 12:13] + k_rate * x[..., 9:12]
+            return out
+
+        return float(velocity_sensitivity_penalty(correction, inputs, mass_kg, dt_s))
+
+    # vertical damping of -0.8 per tick on every axis: 3 * 0.64
+    assert slopes(-0.8, 0.0, 0.0) == pytest.approx(3 * 0.64)
+    # a thrust effect of 10 % of the prior's (dt / m per N) on each axis costs 3 * 0.01
+    assert slopes(0.0, 0.1 * dt_s / mass_kg, 0.0) == pytest.approx(3 * 0.01)
+    assert slopes(0.0, 0.0, 0.5) == 0.0  # body rates are free (rate-loop lag)
+
+
+def test_sensitivity_term_is_part_of_the_fit_loss(model, windy):
+    starts = windy.window_starts(model.context_len, 3)[:16]
+    batch = windy.gather(starts, model.context_len, 3)
+    on = vnd_losses(model, batch, FitConfig(horizon=3, lambda_sens=10.0), mmd_weight=0.0)
+    off = vnd_losses(model, batch, FitConfig(horizon=3, lambda_sens=0.0), mmd_weight=0.0)
+    assert float(on["sens"]) > 0 and float(off["sens"]) == 0
+    assert float(on["total"] - off["total"]) == pytest.approx(10.0 * float(on["sens"]), rel=1e-4)

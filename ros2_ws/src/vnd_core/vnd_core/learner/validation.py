@@ -12,12 +12,20 @@
    (station keeping under the conditions actually met), half track random references.
    The candidate's mean position error may exceed the active policy's by at most
    ``cost_margin_frac`` (plus ``cost_margin_m``).
-5. Calm tracking: the tracking rollouts of gate 4 flown on the bare prior with z = 0 (calm
-   air, the encoder not yet warm). A learned model is least trustworthy far from its data;
-   a policy fine-tuned on it can lose what it knew about calm flight, which gate 4 cannot see.
-   The candidate's error may exceed the active policy's by at most ``calm_margin_m``.
+5. Calm tracking: where the prior was right, the candidate must fly the prior as well as the
+   active policy did. The rollouts of gate 4 whose replay window shows a mean prior velocity
+   error below ``calm_accel_mps2`` (calm air: the prior's physics hold there) are flown on the
+   bare prior, each policy reading its own encoder's latent of the window. A learned model is
+   least trustworthy far from its data; a policy fine-tuned on it can lose what it knew about
+   calm flight, which gate 4 cannot see. The candidate's error may exceed the active policy's
+   by at most ``calm_margin_m``. (The latent of calm air is wherever the encoder put it, not
+   z = 0: the MMD spreads the conditions met over N(0, I).) No calm window: no check.
 6. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
-   within ``hover_max_dev_m`` for ``hover_ticks``.
+   within ``hover_max_dev_m`` for ``hover_ticks``. A stability check, not a precision one:
+   z = 0 is what the policy reads while the encoder warms up, and once the MMD has spread the
+   conditions met over N(0, I) it is not calm air, so a good candidate may hold a dozen
+   centimetres off there (measured: 0.12 m after learning a 4 m/s wind). Precision in calm
+   air is gate 5's job.
 
 Each gate returns a reason string when it fails; the first failure rejects the candidate.
 """
@@ -37,6 +45,7 @@ from vnd_core.state import POS, QUAT, VEL, hover_state
 from vnd_core.trainer import Dynamics, prior_dynamics
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.features import INPUT_DIM, RES_VEL
 from vnd_core.vnd.metrics import open_loop_errors
 from vnd_core.vnd.model import VNDModel
 
@@ -57,8 +66,9 @@ class ValidationConfig:
     cost_margin_m: float = 0.005  # plus this absolute margin (m) against noise on tiny costs
     crash_distance_m: float = 2.0  # errors are capped here (a diverged rollout costs this much)
     calm_margin_m: float = 0.02  # calm tracking error may exceed the active one by this (m)
+    calm_accel_mps2: float = 0.5  # windows whose mean prior velocity error is below this are calm
     hover_ticks: int = 150  # length of the hover sanity check (3 s)
-    hover_max_dev_m: float = 0.1  # allowed position deviation in the hover check
+    hover_max_dev_m: float = 0.2  # allowed position deviation in the hover check
     seed: int = 1234  # seeds the probes, references and initial states (same for both policies)
 
 
@@ -122,6 +132,24 @@ class EvalSet:
     z_active: torch.Tensor  # (R, nz_active) what the active policy reads for the same windows
     trajectory: Trajectory  # (R) random references
     initial: torch.Tensor  # (R, 13) perturbed initial states
+    calm: torch.Tensor  # (R,) bool: the window's mean prior velocity error is below calm_accel
+
+    def subset(self, rows: torch.Tensor) -> EvalSet:
+        """The rollouts selected by the bool mask ``rows`` (R,)."""
+        t = self.trajectory
+        return EvalSet(
+            self.z_model[rows],
+            self.z_active[rows],
+            Trajectory(
+                kind=t.kind[rows],
+                center_m=t.center_m[rows],
+                amplitude_m=t.amplitude_m[rows],
+                period_s=2.0 * math.pi / t.omega_radps[rows],
+                phase_rad=t.phase_rad[rows],
+            ),
+            self.initial[rows],
+            self.calm[rows],
+        )
 
 
 def make_eval_set(
@@ -139,7 +167,12 @@ def make_eval_set(
     starts = dataset.window_starts(model.context_len, 0)
     pick = starts[torch.randint(len(starts), (r,), generator=generator)]
     with torch.no_grad():
-        z_model = model.encoder(dataset.context(pick, model.context_len))
+        context = dataset.context(pick, model.context_len)  # (R, C, 28) raw features
+        z_model = model.encoder(context)
+        # mean prior velocity error of the window (noise averages out, a force does not)
+        velocity_error = context[..., INPUT_DIM + RES_VEL.start : INPUT_DIM + RES_VEL.stop]
+        accel = velocity_error.mean(dim=1).norm(dim=-1) / model.prior.config.dt_s
+        calm = accel <= config.calm_accel_mps2
         if active_model is not None:
             # The window ends at the same transition for both encoders (context lengths may
             # differ, a shorter one reads only the most recent part).
@@ -176,7 +209,7 @@ def make_eval_set(
         phase_rad=torch.cat([hold.phase_rad, moving.phase_rad[:m]]),
     )
     initial = torch.cat([replay_state, start[:m]])
-    return EvalSet(z_model, z_active, trajectory, initial)
+    return EvalSet(z_model, z_active, trajectory, initial, calm)
 
 
 @torch.no_grad()
@@ -227,29 +260,34 @@ def calm_tracking_regression(
     config: ValidationConfig,
     delay_ticks: int,
 ) -> tuple[str | None, dict]:
-    """Gate 5: (reason or None, figures) of both policies flying ``eval_set``'s references on
-    the bare prior with z = 0 (its latents are ignored)."""
+    """Gate 5: (reason or None, figures) of both policies flying ``eval_set``'s calm rollouts
+    on the bare prior, each reading its own encoder's latent of the window."""
+    calm = eval_set.subset(eval_set.calm)
+    figures: dict = {"calm_windows": int(eval_set.calm.sum())}
+    if figures["calm_windows"] == 0:
+        return None, figures
     prior = NominalModel(vehicle)
     dynamics = prior_dynamics(prior)
 
-    def cost(policy: PolicyNet) -> float:
-        z = torch.zeros(len(eval_set.initial), policy.latent_dim)
+    def cost(policy: PolicyNet, z: torch.Tensor) -> float:
         return model_rollout_cost(
             policy,
             z,
             dynamics,
-            eval_set,
+            calm,
             config.eval_ticks,
             config.crash_distance_m,
             prior.config.dt_s,
             delay_ticks,
         )
 
-    figures = {"candidate": cost(candidate), "active": cost(active)}
+    figures["candidate"] = cost(candidate, calm.z_model)
+    figures["active"] = cost(active, calm.z_active)
     if not figures["candidate"] <= figures["active"] + config.calm_margin_m:
         return (
             f"calm tracking on the prior {figures['candidate']:.4f} m exceeds the active "
-            f"policy's {figures['active']:.4f} m by more than {config.calm_margin_m} m"
+            f"policy's {figures['active']:.4f} m by more than {config.calm_margin_m} m "
+            f"({figures['calm_windows']} calm replay windows)"
         ), figures
     return None, figures
 

@@ -2,7 +2,9 @@
 
 Per step: draw B windows; encode each context into one z; predict the prior errors of the K
 transitions that follow with D(., ., z) (Huber, normalised units); reconstruct the normalised
-context from z (L2); pull the batch of latents towards N(0, I) (MMD, annealed weight).
+context from z (L2); pull the batch of latents towards N(0, I) (MMD, annealed weight); keep
+the residual's velocity correction from learning the closed-loop data's confounded slopes
+(input-sensitivity penalty, see :func:`~vnd_core.vnd.losses.velocity_sensitivity_penalty`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,13 @@ from dataclasses import dataclass, field
 import torch
 
 from vnd_core.vnd.data import TransitionDataset, WindowBatch
-from vnd_core.vnd.losses import MMDSchedule, mmd_imq, reconstruction_l2, residual_huber
+from vnd_core.vnd.losses import (
+    MMDSchedule,
+    mmd_imq,
+    reconstruction_l2,
+    residual_huber,
+    velocity_sensitivity_penalty,
+)
 from vnd_core.vnd.model import EncodedLatents, VNDModel
 
 ProgressFn = Callable[[int, int, dict[str, float]], None]
@@ -34,6 +42,7 @@ class FitConfig:
     lambda_rec: float = 0.1  # weight of the context reconstruction term
     lambda_mmd: float = 1.0  # final weight of the MMD term
     lambda_slow: float = 3.0  # weight of the latent consistency term (see vnd_losses)
+    lambda_sens: float = 10.0  # weight of the residual's input-sensitivity penalty (losses.py)
     slow_offset: int = 25  # partner windows start up to this many transitions later
     mmd_warmup_frac: float = 0.1  # fraction of steps with MMD weight 0
     mmd_ramp_frac: float = 0.4  # fraction of steps over which the MMD weight ramps up
@@ -177,16 +186,47 @@ def vnd_losses(
     predicted = model.residual.normalized(batch.inputs, z[:, None, :])  # (B, K, 12)
     target = batch.targets / model.residual.target_std
     residual = residual_huber(predicted, target, config.huber_delta)
+    sens = _sensitivity(model, batch, z.detach(), config)
     if not config.use_latent:
         zero = residual.new_zeros(())
-        return {"total": residual, "residual": residual, "rec": zero, "mmd": zero, "slow": zero}
+        total = residual + config.lambda_sens * sens
+        return {
+            "total": total, "residual": residual, "rec": zero, "mmd": zero, "slow": zero,
+            "sens": sens.detach(),
+        }  # fmt: skip
     rec = reconstruction_l2(model.decoder(z), model.encoder.normalizer(batch.context))
     mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
     slow = residual.new_zeros(())
     if partner_context is not None:
         slow = (model.encoder(partner_context) - z).square().sum(-1).mean()
-    total = residual + config.lambda_rec * rec + mmd_weight * mmd + config.lambda_slow * slow
-    return {"total": total, "residual": residual, "rec": rec, "mmd": mmd, "slow": slow}
+    total = (
+        residual
+        + config.lambda_rec * rec
+        + mmd_weight * mmd
+        + config.lambda_slow * slow
+        + config.lambda_sens * sens
+    )
+    return {
+        "total": total, "residual": residual, "rec": rec, "mmd": mmd, "slow": slow,
+        "sens": sens.detach(),
+    }  # fmt: skip
+
+
+def _sensitivity(
+    model: VNDModel, batch: WindowBatch, z: torch.Tensor, config: FitConfig
+) -> torch.Tensor:
+    """The residual's input-sensitivity penalty on the first transition of every window of
+    this batch (0 when switched off): the same expectation as over all K, at a K-th of the
+    double-backward cost. The latent is held fixed: the penalty shapes the residual's
+    dependence on the state, not the encoder."""
+    if config.lambda_sens <= 0:
+        return batch.inputs.new_zeros(())
+    return velocity_sensitivity_penalty(
+        lambda x: model.residual(x, z[:, None, :]),
+        batch.inputs[:, :1],
+        model.vehicle.mass_kg,
+        model.prior.config.dt_s,
+    )
 
 
 def _reinitialise(model: VNDModel, seed: int) -> None:

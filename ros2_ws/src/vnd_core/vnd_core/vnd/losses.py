@@ -1,8 +1,9 @@
-"""Loss terms of the VND fit: residual Huber, context reconstruction, MMD to N(0, I)."""
+"""Loss terms of the VND fit: residual Huber, context reconstruction, MMD to N(0, I), and the
+input-sensitivity penalty of the residual's velocity correction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -68,3 +69,39 @@ class MMDSchedule:
         if self.ramp_frac <= 0:
             return self.weight_max
         return self.weight_max * min(1.0, (progress - self.warmup_frac) / self.ramp_frac)
+
+
+GRAVITY_MPS2 = 9.81
+
+
+def velocity_sensitivity_penalty(
+    correction: Callable[[torch.Tensor], torch.Tensor],
+    inputs: torch.Tensor,
+    mass_kg: float,
+    dt_s: float,
+) -> torch.Tensor:
+    """Mean squared sensitivity of the velocity correction to velocity, attitude and thrust.
+
+    ``correction(inputs)`` (..., 12) is the residual in physical units for dynamics inputs
+    ``inputs`` (..., 16) (see :func:`vnd_core.vnd.features.dynamics_input`). Flight data are
+    closed-loop and confounded: in level flight the vertical velocity is only measurement noise,
+    and the best fit of such data damps it by most of itself each tick (measured: -0.8 per
+    tick), while thrust and tilt move with the state that the policy answers. A model that has
+    learnt those correlations predicts the logged flight well and flies a policy badly (the
+    base policy lost calm tracking on it, and policies trained on it lost it on the vehicle).
+    The penalty keeps what the data cannot tell apart at the prior's physics: each derivative
+    is scaled by the prior's own gain (velocity 1 per tick, tilt g dt per rad, thrust dt / m
+    per N), so a 10 % change of the prior's thrust effect costs 0.01 and a real drag slope of
+    a few 0.01 per tick next to nothing. Body rates and rate commands are left free: the
+    residual needs them for the rate loop's lag, which the prior does not have.
+    """
+    x = inputs.detach().requires_grad_(True)
+    dv = correction(x)[..., 6:9]
+    scale = x.new_zeros(x.shape[-1])
+    scale[0:3] = 1.0  # velocity (per tick)
+    scale[3:9] = 1.0 / (GRAVITY_MPS2 * dt_s)  # 6-D attitude
+    scale[12] = mass_kg / dt_s  # collective thrust
+    rows = [
+        torch.autograd.grad(dv[..., i].sum(), x, create_graph=True)[0] * scale for i in range(3)
+    ]
+    return torch.stack(rows, dim=-2).square().sum(dim=(-1, -2)).mean()
