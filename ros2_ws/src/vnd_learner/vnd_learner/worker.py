@@ -4,8 +4,8 @@ Started by :class:`vnd_learner.worker_client.WorkerClient` as ``python -m vnd_le
 with the vehicle, the active bundle file and the learner preset. It lowers its priority
 (``os.nice``, and on Linux the SCHED_IDLE class: it runs only on CPU time no flight process
 wants, so training never delays a control tick), runs torch on one thread, and talks to the
-node over its stdin/stdout with the frames of :mod:`vnd_core.learner_store.ipc` (JSON header + numpy buffers, bundles as
-safetensors bytes; never pickle). Stray prints cannot corrupt the frame stream: file
+node over its stdin/stdout with the frames of :mod:`vnd_core.learner_store.ipc` (JSON header
++ numpy buffers, bundles as safetensors bytes; never pickle). Stray prints cannot corrupt the frame stream: file
 descriptor 1 is pointed at stderr once the frame channel has its own copy.
 
 Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
