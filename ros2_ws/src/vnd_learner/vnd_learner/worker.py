@@ -5,8 +5,8 @@ with the vehicle, the active bundle file and the learner preset. It lowers its p
 (``os.nice``, and on Linux the SCHED_IDLE class: it runs only on CPU time no flight process
 wants, so training never delays a control tick), runs torch on one thread, and talks to the
 node over its stdin/stdout with the frames of :mod:`vnd_core.learner_store.ipc` (JSON header
-+ numpy buffers, bundles as safetensors bytes; never pickle). Stray prints cannot corrupt the frame stream: file
-descriptor 1 is pointed at stderr once the frame channel has its own copy.
++ numpy buffers, bundles as safetensors bytes; never pickle). Stray prints cannot corrupt the
+frame stream: file descriptor 1 is pointed at stderr once the frame channel has its own copy.
 
 Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
 (stage of an update and its fraction of the cycle), ``result`` (accepted or rejected, timings,
