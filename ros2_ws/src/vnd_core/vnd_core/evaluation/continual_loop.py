@@ -35,6 +35,7 @@ from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.baselines import true_disturbance
 from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords, to_segments
+from vnd_core.learner.policy_update import anchored_dynamics, on_model_environment
 from vnd_core.learner.records import MODE_POLICY
 from vnd_core.learner.validation import action_limit_violation, non_finite_tensor
 from vnd_core.plant import PlantConfig, TruePlant
@@ -152,7 +153,8 @@ class RefitMethod(Method):
     """LOTF-style baseline: every few seconds fit a residual *without* latent (same network,
     loss and optimiser budget as VND's, ``use_latent=False``) on the last ``window_s`` seconds
     only, then fine-tune the policy on prior + residual (z = 0) with VND's trainer budget,
-    warm-started from the current policy. Older conditions are forgotten by construction.
+    training dynamics (residual components, bound, trust band) and environment, warm-started
+    from the current policy. Older conditions are forgotten by construction.
 
     The residual is re-fitted from scratch on the window at every update (weights and
     normalisation statistics: statistics frozen on an old window would misscale a new
@@ -220,11 +222,17 @@ class RefitMethod(Method):
         trainer_config = dataclasses.replace(
             c.trainer, seed=c.trainer.seed + self.seed + self.version
         )
+        # VND's training dynamics and environment, without the latent: the same residual
+        # components, bound and data trust band, on the same lag- and drag-free environment
+        residual_bound = dataset.tensors()["targets"].abs().amax(dim=0)
+        dynamics = anchored_dynamics(
+            self.model, residual_bound, c.residual_components, prior_at_zero=False
+        )
         trainer = PolicyTrainer(
             policy,
-            self.model.frozen_dynamics(),
+            dynamics,
             self.initial.vehicle,
-            trainer_config,
+            on_model_environment(trainer_config),
             zero_latent(policy.latent_dim),
         )
         summary = trainer.train()
