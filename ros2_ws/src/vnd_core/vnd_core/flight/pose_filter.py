@@ -33,7 +33,7 @@ class PoseFilterConfig:
     """Tuning and rejection thresholds of :class:`PoseFilter`."""
 
     position_noise_m: float = 0.001  # std of mocap position noise (Kalman measurement noise)
-    accel_noise_mps2: float = 1.0  # std of unmodelled acceleration per sqrt(s) (process noise)
+    accel_noise_mps2: float = 0.5  # std of unmodelled acceleration per sqrt(s) (process noise)
     initial_velocity_std_mps: float = 2.0  # velocity uncertainty right after a (re)start
     rate_cutoff_hz: float = 15.0  # first-order low-pass cut-off of the body-rate estimate
     position_jump_m: float = 0.3  # reject a sample this far from the predicted position

@@ -76,7 +76,7 @@ class LearnerConfig:
     fit: FitConfig = field(default_factory=FitConfig)  # model fit per update
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # policy training per update
     anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
-    pool_fraction: float = 0.5  # other episodes whose z is a re-encoded replay latent
+    pool_fraction: float = 0.8  # other episodes whose z is a re-encoded replay latent
     residual_components: str = "translational"  # residual parts the policy trains against
     latent_pathway_only: bool = False  # train only the policy weights that read z (see docs)
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
