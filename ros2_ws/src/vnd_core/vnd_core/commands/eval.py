@@ -323,6 +323,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="simulated delay between an update's start and its bundle flying: seconds, or "
         "'measured' for the update's wall time on this machine (default: 5 s, the update budget)",
     )
+    parser.add_argument(
+        "--learner-preset",
+        choices=("quick", "standard", "full"),
+        default=None,
+        help="LearnerConfig preset of vnd and refit (default: the mode's: quick or full)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
 
 
@@ -350,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"vnd eval: --update-delay: {err}")
             return 2
+    if args.learner_preset is not None:
+        overrides["learner"] = getattr(LearnerConfig, args.learner_preset)()
     config = EvalConfig.quick(**overrides) if args.quick else EvalConfig.full(**overrides)
     bundle_path = args.bundle or shipped_bundle_path()
     try:
