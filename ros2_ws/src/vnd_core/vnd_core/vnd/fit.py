@@ -167,8 +167,8 @@ def vnd_losses(
     generator: torch.Generator | None = None,
     partner_context: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, slow, total
-    (weighted sum).
+    """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, slow, sens (the
+    residual's input-sensitivity penalty), total (weighted sum).
 
     One latent per window explains all K target transitions of that window. ``config``
     supplies the Huber delta and the term weights; ``mmd_weight`` is the annealed MMD weight of
@@ -187,18 +187,12 @@ def vnd_losses(
     target = batch.targets / model.residual.target_std
     residual = residual_huber(predicted, target, config.huber_delta)
     sens = _sensitivity(model, batch, z.detach(), config)
-    if not config.use_latent:
-        zero = residual.new_zeros(())
-        total = residual + config.lambda_sens * sens
-        return {
-            "total": total, "residual": residual, "rec": zero, "mmd": zero, "slow": zero,
-            "sens": sens.detach(),
-        }  # fmt: skip
-    rec = reconstruction_l2(model.decoder(z), model.encoder.normalizer(batch.context))
-    mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
-    slow = residual.new_zeros(())
-    if partner_context is not None:
-        slow = (model.encoder(partner_context) - z).square().sum(-1).mean()
+    rec = mmd = slow = residual.new_zeros(())
+    if config.use_latent:
+        rec = reconstruction_l2(model.decoder(z), model.encoder.normalizer(batch.context))
+        mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
+        if partner_context is not None:
+            slow = (model.encoder(partner_context) - z).square().sum(-1).mean()
     total = (
         residual
         + config.lambda_rec * rec
