@@ -35,7 +35,11 @@ from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.baselines import true_disturbance
 from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords, to_segments
-from vnd_core.learner.policy_update import anchored_dynamics, on_model_environment
+from vnd_core.learner.policy_update import (
+    anchored_dynamics,
+    on_model_environment,
+    residual_bound,
+)
 from vnd_core.learner.records import MODE_POLICY
 from vnd_core.learner.validation import action_limit_violation, non_finite_tensor
 from vnd_core.plant import PlantConfig, TruePlant
@@ -224,10 +228,8 @@ class RefitMethod(Method):
         )
         # VND's training dynamics and environment, without the latent: the same residual
         # components, bound and data trust band, on the same lag- and drag-free environment
-        residual_bound = dataset.tensors()["targets"].abs().amax(dim=0)
-        dynamics = anchored_dynamics(
-            self.model, residual_bound, c.residual_components, prior_at_zero=False
-        )
+        bound = residual_bound(dataset)
+        dynamics = anchored_dynamics(self.model, bound, c.residual_components, prior_at_zero=False)
         trainer = PolicyTrainer(
             policy,
             dynamics,

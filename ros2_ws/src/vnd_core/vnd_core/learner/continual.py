@@ -29,7 +29,11 @@ import torch
 
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
-from vnd_core.learner.policy_update import anchored_dynamics, train_policy_on_model
+from vnd_core.learner.policy_update import (
+    anchored_dynamics,
+    residual_bound,
+    train_policy_on_model,
+)
 from vnd_core.learner.records import MODE_POLICY, TickRecords
 from vnd_core.learner.replay import EvictionReport, ReplayBuffer
 from vnd_core.learner.segmenter import to_segments
@@ -297,7 +301,7 @@ class ContinualLearner:
             # No encoder yet: the active policy never read a latent (z = 0 throughout its
             # training), so its z weights are untrained; start them at zero (PolicyNet docs).
             policy.silence_latent()
-        residual_bound = dataset.tensors()["targets"].abs().amax(dim=0)
+        bound = residual_bound(dataset)
         trainer_config = dataclasses.replace(c.trainer, seed=c.trainer.seed + c.seed + version)
         summary = train_policy_on_model(
             policy,
@@ -306,7 +310,7 @@ class ContinualLearner:
             trainer_config,
             progress=lambda i, n, _: report("train", i / n),
             anchor_fraction=c.anchor_fraction,
-            residual_bound=residual_bound,
+            residual_bound=bound,
             latent_pool=fit.latents.z if fit.latents is not None else None,
             pool_fraction=c.pool_fraction,
             components=c.residual_components,
@@ -322,7 +326,7 @@ class ContinualLearner:
         report("validate", 0.0)
         reason, checks = self._validate(
             policy,
-            anchored_dynamics(model, residual_bound, c.residual_components),
+            anchored_dynamics(model, bound, c.residual_components),
             model,
             dataset,
         )

@@ -33,6 +33,7 @@ import torch
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.features import apply_residual, dynamics_input
 from vnd_core.vnd.model import VNDModel
 
@@ -82,6 +83,12 @@ def train_policy_on_model(
             restore()
     policy.eval()
     return summary
+
+
+def residual_bound(dataset: TransitionDataset) -> torch.Tensor:
+    """Largest prior error (12,) per component in ``dataset``: the training rollouts clip the
+    residual to what the data showed."""
+    return dataset.tensors()["targets"].abs().amax(dim=0)
 
 
 def on_model_environment(config: TrainerConfig) -> TrainerConfig:

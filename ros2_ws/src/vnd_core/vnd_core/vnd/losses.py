@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from vnd_core.state import GRAVITY_MPS2
+
 # Scales of the inverse multiquadric kernel, relative to 2 * nz (the expected squared distance
 # of two N(0, I) samples). Several scales keep the MMD sensitive both to a shifted mean and to
 # a collapsed or over-dispersed aggregate.
@@ -69,9 +71,6 @@ class MMDSchedule:
         if self.ramp_frac <= 0:
             return self.weight_max
         return self.weight_max * min(1.0, (progress - self.warmup_frac) / self.ramp_frac)
-
-
-GRAVITY_MPS2 = 9.81
 
 
 def velocity_sensitivity_penalty(
