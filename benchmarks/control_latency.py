@@ -63,8 +63,13 @@ def main() -> int:
             sys.executable, "-m", "vnd_ros.cli", "fly", "--scenario", str(scenario),
             "--out", str(out), "--timeout", str(args.duration + 180.0),
         ]  # fmt: skip
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        report = json.loads((out / "report.json").read_text())
+        # A failed stack process (say the learner) still leaves a report: read it and say so.
+        flown = subprocess.run(command, stdout=subprocess.DEVNULL)
+        report_path = out / "report.json"
+        if not report_path.exists():
+            print(f"vnd fly exited {flown.returncode} without a report", file=sys.stderr)
+            return 1
+        report = json.loads(report_path.read_text())
     latency = report["control_latency_ms"]
     updates = report.get("model_updates") or []
     result = {
@@ -74,9 +79,11 @@ def main() -> int:
         "duration_s": args.duration,
         "latency_method": latency.get("method"),
         "model_updates": len(updates),
+        "vnd_fly_exit_code": flown.returncode,
+        "stack_failures": report.get("stack_failures") or [],
     }
     print(json.dumps(result))
-    return 0
+    return 0 if flown.returncode == 0 else 1
 
 
 if __name__ == "__main__":

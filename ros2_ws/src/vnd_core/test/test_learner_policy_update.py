@@ -16,7 +16,7 @@ from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
-from vnd_core.vnd.features import dynamics_input
+from vnd_core.vnd.features import apply_residual, dynamics_input
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
 VEHICLE = load_vehicle("agile")
@@ -68,6 +68,20 @@ def test_residual_fades_out_far_from_the_data():
         assert trust[0, 0] == 1.0 and trust[1, 0] == 0.0
         out = anchored_dynamics(model)(state, action, torch.randn(2, model.latent_dim))
         torch.testing.assert_close(out[1], model.prior(state, action)[1])
+
+
+def test_translational_components_equal_the_masked_full_composition():
+    model = loud_model()
+    state, action = near_hover(5)
+    z = torch.randn(5, model.latent_dim)
+    with torch.no_grad():
+        fast = anchored_dynamics(model, components="translational")(state, action, z)
+        residual = model.residual_correction(state, action, z) * data_trust(model, state, action)
+        residual[:, 3:6] = 0.0  # rotation
+        residual[:, 9:12] = 0.0  # body rates
+        full = apply_residual(model.prior(state, action), residual)
+        torch.testing.assert_close(fast, full)
+        assert not torch.allclose(fast, model.prior(state, action))
 
 
 def test_anchored_latent_draws_zero_for_the_requested_fraction():

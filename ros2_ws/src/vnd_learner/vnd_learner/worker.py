@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import math
 import os
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     # The node owns our lifetime (we exit when its pipe closes); a Ctrl-C sent to the whole
     # process group by a launcher must not kill us mid-write with a traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable(all_threads=True)  # a C-extension crash leaves its Python stacks
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.nice(args.nice)
     _enter_idle_class()

@@ -18,6 +18,7 @@ where a parameter override came from on both backends.
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -103,7 +104,11 @@ def start_node(
 ) -> NodeT:
     """``factory()``, or, when it raises one of ``errors`` (bad parameters, an unloadable
     bundle...), a fatal ``cannot start: <reason>`` line from logger ``name`` and process exit
-    with ``exit_code``."""
+    with ``exit_code``.
+
+    Also turns on :mod:`faulthandler`: a crash in a C extension (middleware, bag writer,
+    torch) then leaves the Python stack of every thread in the node's output."""
+    faulthandler.enable(all_threads=True)
     try:
         return factory()
     except errors as err:

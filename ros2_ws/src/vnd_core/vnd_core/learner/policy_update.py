@@ -31,10 +31,11 @@ from collections.abc import Callable
 import torch
 
 from vnd_core.policy import PolicyNet
+from vnd_core.state import OMEGA, POS, QUAT, VEL
 from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
-from vnd_core.vnd.features import apply_residual, dynamics_input
+from vnd_core.vnd.features import RES_POS, RES_VEL, apply_residual, dynamics_input
 from vnd_core.vnd.model import VNDModel
 
 # progress(iteration, total_iterations, metrics)
@@ -155,8 +156,13 @@ TRUST_ZERO_STD = 6.0  # and not at all beyond this many
 def data_trust(model: VNDModel, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     """Weight (B, 1) in [0, 1] of the residual at ``state`` (B, 13), ``action`` (B, 4): 1 near
     the data, 0 far outside it (see the module docstring); no gradient."""
+    return _trust_of_input(model, dynamics_input(state, action))
+
+
+def _trust_of_input(model: VNDModel, inputs: torch.Tensor) -> torch.Tensor:
+    """:func:`data_trust` of dynamics inputs (B, 16)."""
     with torch.no_grad():
-        x = model.residual.input_normalizer(dynamics_input(state, action))
+        x = model.residual.input_normalizer(inputs)
         distance = x.abs().amax(dim=-1, keepdim=True)
         return ((TRUST_ZERO_STD - distance) / (TRUST_ZERO_STD - TRUST_FULL_STD)).clamp(0.0, 1.0)
 
@@ -180,18 +186,35 @@ def anchored_dynamics(
     if components not in COMPONENT_MASKS:
         raise ValueError(f"components must be one of {sorted(COMPONENT_MASKS)}, got {components}")
     mask = torch.tensor(COMPONENT_MASKS[components])
+    # Forces only: the rotation and rate parts are masked to zero, so skip composing them.
+    compose = _add_translational if components == "translational" else apply_residual
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
 
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         prior_next = model.prior(state, action)
-        residual = model.residual_correction(state, action, z)
+        inputs = dynamics_input(state, action)  # once, for both the residual and its trust
+        residual = model.residual(inputs, z)
         if residual_bound is not None:
             residual = torch.maximum(torch.minimum(residual, residual_bound), -residual_bound)
-        residual = residual * data_trust(model, state, action) * mask
-        corrected = apply_residual(prior_next, residual)
+        residual = residual * _trust_of_input(model, inputs) * mask
+        corrected = compose(prior_next, residual)
         if not prior_at_zero:
             return corrected
         anchored = (z == 0).all(dim=-1, keepdim=True)  # (B, 1)
         return torch.where(anchored, prior_next, corrected)
 
     return dynamics
+
+
+def _add_translational(predicted: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``predicted ⊕ residual`` (B, 13) for a residual (B, 12) whose rotation and rate parts
+    are zero: position and velocity added, attitude and rates kept."""
+    return torch.cat(
+        [
+            predicted[..., POS] + residual[..., RES_POS],
+            predicted[..., QUAT],
+            predicted[..., VEL] + residual[..., RES_VEL],
+            predicted[..., OMEGA],
+        ],
+        dim=-1,
+    )
