@@ -171,3 +171,37 @@ def test_refit_hover_gate_flies_the_refit_model(base_bundle):
         for parameter in model.residual.parameters():
             parameter.fill_(float("nan"))
     assert np.isnan(hover_deviation_on_model(base_bundle.policy, model, 5))
+
+
+def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
+    """--jobs: each run in a forked process; every run's figures equal the serial ones."""
+    scenario_path = tmp_path / "tiny_wind.yaml"
+    scenario_path.write_text(TINY_SCENARIO)
+    learner = LearnerConfig.quick(
+        min_new_ticks=50,
+        min_interval_s=1.0,
+        min_windows=8,
+        fit=FitConfig.quick(steps=4, batch_size=16),
+        trainer=TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=40, iterations=1),
+        validation=ValidationConfig(
+            probe_observations=12, eval_rollouts=4, eval_ticks=10, hover_ticks=10
+        ),
+    )
+    config = EvalConfig.quick(seeds=2, time_scale=1.0, learner=learner, update_delay_s=0.2)
+    figures = {}
+    for jobs in (1, 2):
+        payload = evaluate(
+            config,
+            base_bundle,
+            tmp_path / f"jobs{jobs}",
+            method_names=("base", "vnd"),
+            scenario_names=[str(scenario_path)],
+            jobs=jobs,
+        )
+        figures[jobs] = {
+            (r["method"], r["seed"]): (r["rmse_m"], r["updates"], r["updates_accepted"])
+            for r in payload["runs"]
+        }
+        assert payload["config"]["jobs"] == jobs
+    assert len(figures[1]) == 4 and figures[2] == figures[1]
+    assert (tmp_path / "jobs2" / "error_over_time.png").stat().st_size > 1000

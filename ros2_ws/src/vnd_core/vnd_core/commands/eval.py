@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,7 +71,7 @@ class EvalConfig:
     mode: str = "full"  # preset name, reported
     seeds: int = 3  # plant / learner seeds per method and scenario
     time_scale: float = 1.0  # scenario duration, phase and event times multiplied by this
-    learner: LearnerConfig = field(default_factory=LearnerConfig.full)  # vnd (and refit budgets)
+    learner: LearnerConfig = field(default_factory=LearnerConfig.standard)  # vnd and refit budgets
     refit_window_s: float = 8.0  # refit: seconds of recent data it fits on
     randomised_trainer: TrainerConfig = field(  # dr and oracle fine-tuning budget
         default_factory=lambda: TrainerConfig(learning_rate=1e-3)
@@ -93,7 +94,8 @@ class EvalConfig:
 
     @classmethod
     def full(cls, **overrides) -> EvalConfig:
-        """The reported configuration: 3 seeds, full scenarios, the deployed learner."""
+        """The reported configuration: 3 seeds, full scenarios, the learner the flight stack
+        runs (preset ``standard``, as in config/learner.yaml)."""
         return cls(**overrides)
 
     def describe(self) -> dict:
@@ -159,39 +161,44 @@ def evaluate(
     method_names: Sequence[str] = METHOD_ORDER,
     scenario_names: Sequence[str] = SCENARIOS,
     log: Log = print,
+    jobs: int = 1,
 ) -> dict:
-    """Run every method on every scenario and seed; write results and plots into ``out_dir``;
-    return the results.json payload."""
+    """Run every method on every scenario and seed (``jobs`` runs at a time, each in its own
+    process); write results and plots into ``out_dir``; return the results.json payload."""
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "runs.jsonl").write_text("")  # one line per finished run, written as it ends
     scenarios = [scale_scenario(load_scenario(n), config.time_scale) for n in scenario_names]
     methods = prepare_methods(method_names, base, config, log)
+    cells = [
+        _Cell(method, scenario, seed, config.update_delay_s, out_dir)
+        for scenario in scenarios
+        for method in methods.values()
+        for seed in range(config.seeds)
+    ]
     per_run: dict[tuple[str, str], list[dict]] = {}
     first_runs: dict[tuple[str, str], RunResult] = {}
-    latents: dict[str, dict] = {}
+    latents: dict[str, list] = {}
     runs_log: list[dict] = []
-    total = len(methods) * len(scenarios) * config.seeds
-    done = 0
-    for scenario in scenarios:
-        for name, method in methods.items():
-            for seed in range(config.seeds):
-                run = run_method(method, scenario, seed, config.update_delay_s)
-                metrics = run_metrics(run, scenario)
-                if name == "vnd":
-                    metrics["latent"] = _latent_figures(run, scenario, out_dir, seed, latents)
-                per_run.setdefault((name, scenario.name), []).append(metrics)
-                entry = {"method": name, "scenario": scenario.name, "seed": seed, **metrics}
-                runs_log.append(entry)
-                _append_jsonl(out_dir / "runs.jsonl", entry)
-                if seed == 0:
-                    first_runs[(name, scenario.name)] = run
-                done += 1
-                log(
-                    f"[{done}/{total}] {name:6s} {scenario.name:18s} seed {seed}: rmse "
-                    f"{metrics['rmse_m']:.3f} m, {metrics['updates']} updates "
-                    f"({metrics['updates_accepted']} accepted), {run.wall_s:.0f} s"
-                )
+    for done, (cell, metrics, run) in enumerate(_run_cells(cells, jobs), start=1):
+        name, scenario = cell.method.name, cell.scenario.name
+        per_run.setdefault((name, scenario), []).append(metrics)
+        if metrics.get("latent") is not None:
+            latents.setdefault(scenario, []).append(metrics["latent"])
+        entry = {"method": name, "scenario": scenario, "seed": cell.seed, **metrics}
+        runs_log.append(entry)
+        _append_jsonl(out_dir / "runs.jsonl", entry)
+        if run is not None:
+            first_runs[(name, scenario)] = run
+        log(
+            f"[{done}/{len(cells)}] {name:6s} {scenario:18s} seed {cell.seed}: rmse "
+            f"{metrics['rmse_m']:.3f} m, {metrics['updates']} updates "
+            f"({metrics['updates_accepted']} accepted), {metrics['run_wall_s']:.0f} s"
+        )
+    order = [
+        (s.name, m) for s in scenarios for m in methods
+    ]  # the serial order, whatever ran first
+    runs_log.sort(key=lambda e: (order.index((e["scenario"], e["method"])), e["seed"]))
     results = [
         {"method": m, "scenario": s.name, **aggregate(per_run[(m, s.name)])}
         for s in scenarios
@@ -200,7 +207,7 @@ def evaluate(
     plot_errors(out_dir / "error_over_time.png", first_runs, scenarios)
     payload = {
         "mode": config.mode,
-        "config": config.describe(),
+        "config": {**config.describe(), "jobs": jobs},
         "wall_s": time.perf_counter() - start,
         "headline": headline(results, latents),
         "latent": latents,
@@ -211,15 +218,65 @@ def evaluate(
     return {"results": results, **payload}
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One method flying one scenario with one seed."""
+
+    method: Method
+    scenario: Scenario
+    seed: int
+    update_delay_s: float | None
+    out_dir: Path
+
+
+# The cells of a parallel evaluation: set before the worker processes fork, so they inherit
+# the methods (with the dr and oracle policies already trained) instead of receiving them.
+_FORKED_CELLS: list[_Cell] = []
+
+
+def _run_cells(cells: list[_Cell], jobs: int) -> Iterator[tuple[_Cell, dict, RunResult | None]]:
+    """(cell, metrics, run) per cell as each finishes; ``run`` (the time series the plots
+    need) for seed 0 only. ``jobs`` > 1: a pool of forked processes, one torch thread each."""
+    if jobs <= 1:
+        for index in range(len(cells)):
+            yield cells[index], *_run_cell(cells[index])
+        return
+    _FORKED_CELLS[:] = cells
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs, initializer=_one_thread) as pool:
+            for index, metrics, run in pool.imap_unordered(_run_forked_cell, range(len(cells))):
+                yield cells[index], metrics, run
+    finally:
+        _FORKED_CELLS.clear()
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _run_forked_cell(index: int) -> tuple[int, dict, RunResult | None]:
+    return index, *_run_cell(_FORKED_CELLS[index])
+
+
+def _run_cell(cell: _Cell) -> tuple[dict, RunResult | None]:
+    """Fly one cell; its metrics (with the latent figures for vnd) and, for seed 0, the run
+    reduced to what the plots read."""
+    run = run_method(cell.method, cell.scenario, cell.seed, cell.update_delay_s)
+    metrics = run_metrics(run, cell.scenario)
+    if cell.method.name == "vnd":
+        metrics["latent"] = _latent_figures(run, cell.scenario, cell.out_dir, cell.seed)
+    if cell.seed != 0:
+        return metrics, None
+    return metrics, dataclasses.replace(run, records=None, final_bundle=None)
+
+
 def _append_jsonl(path: Path, entry: dict) -> None:
     """Append ``entry`` as one JSON line (partial results survive an interrupted evaluation)."""
     with path.open("a") as stream:
         stream.write(json.dumps(json_safe(entry)) + "\n")
 
 
-def _latent_figures(
-    run: RunResult, scenario: Scenario, out_dir: Path, seed: int, latents: dict
-) -> dict | None:
+def _latent_figures(run: RunResult, scenario: Scenario, out_dir: Path, seed: int) -> dict | None:
     """k-NN accuracy and held-out prediction errors of a VND run; PCA plot for seed 0."""
     accepted = [u for u in run.updates if u.accepted]
     holdout_after = accepted[-1].requested_s if accepted else None
@@ -232,7 +289,6 @@ def _latent_figures(
         "open_loop_holdout": analysis["open_loop"],
         "holdout_after_s": holdout_after,
     }
-    latents.setdefault(scenario.name, []).append(figures)
     if seed == 0:
         plot_latents(out_dir / f"latents_{scenario.name}.png", analysis, f"vnd {scenario.name}")
     return figures
@@ -327,9 +383,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--learner-preset",
         choices=("quick", "standard", "full"),
         default=None,
-        help="LearnerConfig preset of vnd and refit (default: the mode's: quick or full)",
+        help="LearnerConfig preset of vnd and refit (default: quick with --quick, else standard)",
     )
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (jobs 1)")
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs at a time, each a process with one thread"
+    )
 
 
 def _parse_delay(text: str) -> float | None:
@@ -346,7 +405,8 @@ def run(args: argparse.Namespace) -> int:
     """Evaluate, write DIR/results.{json,md} and plots; returns the exit code."""
     from vnd_core.commands.sim import shipped_bundle_path
 
-    torch.set_num_threads(args.threads)
+    # Forked workers inherit the parent's OpenMP pool, which must be a single thread then.
+    torch.set_num_threads(1 if args.jobs > 1 else args.threads)
     overrides = {
         k: v for k, v in (("seeds", args.seeds), ("time_scale", args.time_scale)) if v is not None
     }
@@ -367,6 +427,9 @@ def run(args: argparse.Namespace) -> int:
     except (BundleError, ConfigError, FileNotFoundError) as err:
         print(f"vnd eval: {err}")
         return 2
-    payload = evaluate(config, base, args.out, args.methods, args.scenarios)
+    if args.jobs < 1:
+        print(f"vnd eval: --jobs must be at least 1, got {args.jobs}")
+        return 2
+    payload = evaluate(config, base, args.out, args.methods, args.scenarios, jobs=args.jobs)
     print(f"wrote {args.out / 'results.json'} and results.md in {payload['wall_s']:.0f} s")
     return 0

@@ -140,7 +140,8 @@ class LearnerConfig:
 
     @classmethod
     def full(cls, **overrides) -> LearnerConfig:
-        """The deployed learner: longer fits and policy training, wider validation."""
+        """The longest budget (offline ``vnd learn``, or a vehicle computer with cores to
+        spare): longer fits and policy training, wider validation."""
         base = {
             "fit": FitConfig(steps=400, batch_size=128),
             "trainer": TrainerConfig(
