@@ -8,6 +8,7 @@ Roles (parameter ``role``):
     echo      republish every std_msgs/String from ``topic`` on ``reply_topic`` (ping-pong)
     bundle    publish one vnd_msgs/ModelBundle of ``size_bytes`` on the model QoS, then spin
     bundle_listener  print 'BUNDLE <version> <bytes> <sha ok>' for each bundle received
+    crash     dereference a null pointer from a timer callback (a C-extension crash)
 
 Prints 'READY <participant guid hex> <node fqn> <resolved topic>' once its entities exist,
 and 'EXIT clean' after a clean shutdown (SIGINT or SIGTERM).
@@ -22,12 +23,19 @@ from dataclasses import dataclass
 from vnd_ros import qos
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
-from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+from vnd_ros.runtime import (
+    ExternalShutdownException,
+    Node,
+    init,
+    spin,
+    start_node,
+    try_shutdown,
+)
 
 
 @dataclass(frozen=True)
 class PeerConfig:
-    role: str = param("listener", "talker, listener, echo, bundle or bundle_listener")
+    role: str = param("listener", "talker, listener, echo, bundle, bundle_listener or crash")
     topic: str = param("chatter", "topic to publish or subscribe")
     reply_topic: str = param("pong", "echo role: topic the replies go to")
     reliable: bool = param(True, "reliable (true) or best-effort (false) QoS")
@@ -105,6 +113,15 @@ class Peer(Node):
         ok = hashlib.sha256(msg.payload).hexdigest() == msg.sha256
         print(f"BUNDLE {msg.version} {len(msg.payload)} {ok}", flush=True)
 
+    def _start_crash(self) -> None:
+        self.create_timer(0.05, self._crash_in_c)
+        self._ready("")
+
+    def _crash_in_c(self) -> None:
+        import ctypes
+
+        ctypes.string_at(0)  # SIGSEGV inside C code, like a faulty extension
+
     def _ready(self, topic: str) -> None:
         from vnd_ros.dds_node import get_default_context
 
@@ -117,7 +134,7 @@ def main(args: list[str] | None = None) -> int:
     init(args=args)
     node = None
     try:  # construction inside the try: a Ctrl-C may arrive at any moment
-        node = Peer()
+        node = start_node(Peer, (), "peer")  # as every VND node starts (faulthandler on)
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

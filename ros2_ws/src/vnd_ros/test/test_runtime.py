@@ -105,3 +105,12 @@ def test_malformed_sample_is_counted_and_dropped(spawn_peer):
     assert ddspy_write(writer._ref, good.ljust((len(good) + 3) & ~3, b"\0")) >= 0
     assert listener.wait_line("RECV") == "RECV after malformed=1"
     assert listener.proc.poll() is None, "listener died on a malformed sample"
+
+
+def test_a_crash_in_c_code_leaves_the_python_stack(spawn_peer):
+    peer = spawn_peer(["-p", "role:=crash"])
+    peer.wait_line("READY")
+    assert peer.wait_exit(timeout_s=10.0) == -signal.SIGSEGV
+    trace = "\n".join(peer.stderr_lines)
+    assert "Fatal Python error: Segmentation fault" in trace
+    assert "_crash_in_c" in trace  # the callback that crashed, named in the dump
