@@ -25,6 +25,9 @@ def test_poses_become_odometry_with_velocity_and_bad_poses_are_counted(harness):
         )
         odom = peer.record("nav_msgs/msg/Odometry", "odom", qos_profile_sensor_data)
         status = peer.record("vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status)
+        command_cls, command_pub = peer.publisher(
+            "vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data
+        )
         peer.start()
         node.wait_log("filtering")
         H.wait_for(lambda: status, 10.0, "the first status (discovery)")
@@ -56,10 +59,23 @@ def test_poses_become_odometry_with_velocity_and_bad_poses_are_counted(harness):
         assert abs(state[7] - SPEED_MPS) < 0.05 and abs(state[8]) < 0.05  # world velocity
         assert abs(state[12] - YAW_RATE_RADPS) < 0.05  # body yaw rate
         assert abs(state[0] - SPEED_MPS * 1.49) < 0.01
+        broken = command_cls(thrust_n=9.0, body_rate_radps=[math.nan, 0.0, 0.0])
+        set_stamp(broken.header.stamp, start_ns + 149 * 10_000_000)
+        command_pub.publish(broken)  # the rate prediction reads vnd/command; NaN is refused
         time.sleep(0.1)  # the last odometry samples arrive
         H.wait_for(lambda: status[-1][1].ticks == len(odom), 2.0, "a status after the flight")
+        H.wait_for(
+            lambda: "rate_command_not_finite" in json.loads(status[-1][1].counters_json),
+            2.0,
+            "the refused command in the counters",
+        )
         counters = json.loads(status[-1][1].counters_json)
-        assert counters == {"duplicate_stamp": 1, "non_unit_quaternion": 1, "position_jump": 1}
+        assert counters == {
+            "duplicate_stamp": 1,
+            "non_unit_quaternion": 1,
+            "position_jump": 1,
+            "rate_command_not_finite": 1,
+        }
         assert 140 <= len(odom) <= 150 - 2 - 2  # two rejected, two warm-up samples: no output
         node.wait_log("pose filter:")  # the throttled rejection summary
     finally:

@@ -7,22 +7,27 @@ frame (the stack's state layout), ``twist.angular`` the body rates (see
 ``vnd_core.flight.msgfields``). Bad poses (non-finite, non-unit quaternion, repeated or
 out-of-order stamps, position jumps) are rejected by ``vnd_core.flight.PoseFilter``, counted,
 and summarised in the log at most once per ``log_period_s``. ``vnd/node_status`` at 1 Hz.
+With ``use_rate_commands``, ``vnd/command`` (CtbrCommand, sensor QoS) feeds the commanded body
+rates to the filter's rate prediction, through the rate-loop time constant of ``vehicle``.
 A mocap driver that already publishes Odometry is remapped straight onto ``odom`` instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from vnd_core.flight.msgfields import fill_odometry, pose_fields, set_stamp
+from vnd_core.config_io import ConfigError
+from vnd_core.flight.msgfields import fill_odometry, pose_fields, set_stamp, stamp_ns
 from vnd_core.flight.pose_filter import PoseFilter, PoseFilterConfig
 from vnd_core.flight.realtime import request_realtime
 from vnd_core.flight.stats import LatencyWindow, RateEstimator
+from vnd_core.vehicle import load_vehicle
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_sensor_data, qos_profile_status
-from vnd_ros.runtime import Node, init, spin_until_shutdown
+from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,8 @@ class PoseFilterNodeConfig:
     body_frame: str = param("base_link", "child_frame_id of the odometry (FLU body)")
     status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
     log_period_s: float = param(1.0, "shortest interval between rejection summaries (s)")
+    vehicle: str = param("agile", "vehicle name or YAML path (its body-rate time constant)")
+    use_rate_commands: bool = param(True, "predict body rates from vnd/command (rate loop model)")
     filter: PoseFilterConfig = field(default_factory=PoseFilterConfig)  # filter tuning
 
 
@@ -44,7 +51,10 @@ class PoseFilterNode(Node):
         super().__init__("pose_filter")
         self.cfg = freeze_parameters(self, PoseFilterNodeConfig)
         self.get_logger().info(request_realtime(self.cfg.realtime_priority))
-        self.filter = PoseFilter(self.cfg.filter)
+        rate_loop_s = load_vehicle(self.cfg.vehicle).body_rate_time_constant_s
+        self.filter = PoseFilter(
+            dataclasses.replace(self.cfg.filter, rate_time_constant_s=rate_loop_s)
+        )
         self.Odometry = get_message("nav_msgs/msg/Odometry")
         self.NodeStatus = get_message("vnd_msgs/msg/NodeStatus")
         self.published = 0
@@ -60,6 +70,13 @@ class PoseFilterNode(Node):
             self.on_pose,
             qos_profile_sensor_data,
         )
+        if self.cfg.use_rate_commands:
+            self.create_subscription(
+                get_message("vnd_msgs/msg/CtbrCommand"),
+                "vnd/command",
+                self.on_command,
+                qos_profile_sensor_data,
+            )
         self.create_timer(self.cfg.status_period_s, self.publish_status)
         self.create_timer(self.cfg.log_period_s, self.log_rejections)
         self.get_logger().info(
@@ -83,6 +100,10 @@ class PoseFilterNode(Node):
         self.published += 1
         self.rate.add(now_ns)
         self.latency.add_ns(now_ns - stamp_ns)
+
+    def on_command(self, msg) -> None:
+        """The body rates just commanded, stamped with the odometry they answer."""
+        self.filter.set_rate_command(stamp_ns(msg.header.stamp), msg.body_rate_radps)
 
     def log_rejections(self) -> None:
         """Summarise the poses rejected since the last summary (nothing when none)."""
@@ -113,7 +134,8 @@ def _finite(value: float) -> float:
 def main(args: list[str] | None = None) -> None:
     """Run the pose filter node until Ctrl-C or SIGTERM."""
     init(args=args)
-    spin_until_shutdown(PoseFilterNode())
+    node = start_node(PoseFilterNode, (ConfigError, ValueError), "pose_filter")
+    spin_until_shutdown(node)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,20 @@
 """Motion-capture pose -> filtered state estimate (position, attitude, velocity, body rates).
 
-Position and velocity come from a constant-velocity Kalman filter per world axis; body rates
-from the SO(3) log of consecutive attitude measurements, low-pass filtered. Bad samples are
-rejected and counted by reason. This runs once per mocap message (100-360 Hz) on the estimator's
-thread, so it works on plain floats: a handful of numpy calls on 3-vectors would already cost
-more than the whole update (< 50 us budget).
+Position and velocity come from a constant-velocity Kalman filter per world axis. Body rates
+come from an error-state Kalman filter on the attitude with the same two-state structure per
+body axis (angle, rate): it predicts the attitude with the rate estimate, takes the SO(3) log
+of measured vs predicted attitude as the innovation, and corrects both. When the body rates
+just commanded are known (:meth:`PoseFilter.set_rate_command`), the rate prediction follows
+the vehicle's first-order rate loop towards them, and the filter trusts that model more
+(``commanded_rate_noise_radps2``). Why a model: differences of 100 Hz attitude samples with
+4 mrad of noise, low-pass filtered, gave rates so noisy that the base policy flew a calm
+figure-eight at 0.046 m, against 0.027 m on the true rates; this filter without commands gave
+0.032 m, with them 0.025 m (simulated time, seed 0). The attitude itself is passed through as
+measured. Bad samples are rejected and counted by reason.
+
+This runs once per mocap message (100-360 Hz) on the estimator's thread, so it works on plain
+floats: a handful of numpy calls on 3-vectors would already cost more than the whole update
+(< 50 us budget).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ REJECT_OUT_OF_ORDER = "out_of_order_stamp"
 REJECT_JUMP = "position_jump"
 RESET_GAP = "reset_after_gap"
 RESET_JUMPS = "reset_after_jumps"
+COMMAND_NOT_USABLE = "rate_command_not_finite"
 
 
 @dataclass(frozen=True)
@@ -35,7 +46,12 @@ class PoseFilterConfig:
     position_noise_m: float = 0.001  # std of mocap position noise (Kalman measurement noise)
     accel_noise_mps2: float = 0.5  # std of unmodelled acceleration per sqrt(s) (process noise)
     initial_velocity_std_mps: float = 2.0  # velocity uncertainty right after a (re)start
-    rate_cutoff_hz: float = 15.0  # first-order low-pass cut-off of the body-rate estimate
+    attitude_noise_rad: float = 0.004  # std of mocap attitude noise per axis (rotation vector)
+    angular_accel_noise_radps2: float = 20.0  # rate process noise without a command [/sqrt(s)]
+    commanded_rate_noise_radps2: float = 6.0  # rate process noise given the command [/sqrt(s)]
+    rate_time_constant_s: float = 0.06  # the vehicle's body-rate loop (first-order) time constant
+    command_timeout_s: float = 0.1  # a rate command older than this (vs the sample) is not used
+    initial_rate_std_radps: float = 2.0  # body-rate uncertainty right after a (re)start [rad/s]
     position_jump_m: float = 0.3  # reject a sample this far from the predicted position
     max_consecutive_jumps: int = 20  # after this many jump rejections in a row, restart there
     quat_norm_tol: float = 0.01  # reject a quaternion whose norm differs from 1 by more
@@ -48,7 +64,12 @@ class PoseFilterConfig:
             "position_noise_m",
             "accel_noise_mps2",
             "initial_velocity_std_mps",
-            "rate_cutoff_hz",
+            "attitude_noise_rad",
+            "angular_accel_noise_radps2",
+            "commanded_rate_noise_radps2",
+            "rate_time_constant_s",
+            "command_timeout_s",
+            "initial_rate_std_radps",
             "position_jump_m",
             "quat_norm_tol",
             "gap_reset_s",
@@ -98,9 +119,12 @@ class PoseFilter:
         self.config = config or PoseFilterConfig()
         self.config.validate()
         self.counters = ReasonCounter()
-        self._rate_tau_s = 1.0 / (2.0 * math.pi * self.config.rate_cutoff_hz)
         self._r = self.config.position_noise_m**2
         self._q = self.config.accel_noise_mps2**2
+        self._r_att = self.config.attitude_noise_rad**2
+        self._q_free = self.config.angular_accel_noise_radps2**2
+        self._q_cmd = self.config.commanded_rate_noise_radps2**2
+        self._command: tuple[int, tuple[float, float, float]] | None = None  # (stamp, rates)
         self.reset()
 
     def reset(self) -> None:
@@ -112,8 +136,20 @@ class PoseFilter:
         self._v = [0.0, 0.0, 0.0]  # velocity estimate, m/s
         self._w = [0.0, 0.0, 0.0]  # body-rate estimate, rad/s
         self._quat = (1.0, 0.0, 0.0, 0.0)  # last accepted attitude (unit, continuous sign)
+        self._att = (1.0, 0.0, 0.0, 0.0)  # filtered attitude (the rate filter's angle state)
         # Covariance of (p, v) per axis; identical on every axis, so three scalars suffice.
         self._p11 = self._p12 = self._p22 = 0.0
+        self._a11 = self._a12 = self._a22 = 0.0  # same for (attitude error, rate) per body axis
+
+    def set_rate_command(self, stamp_ns: int, body_rate_radps: Sequence[float]) -> None:
+        """The body rates (3,) rad/s FLU commanded at ``stamp_ns`` (the clock of the mocap
+        stamps); used by the rate prediction until ``command_timeout_s`` after it. A
+        non-finite command is ignored (counted)."""
+        rates = tuple(float(v) for v in body_rate_radps)
+        if len(rates) != 3 or not all(map(math.isfinite, rates)):
+            self.counters.count(COMMAND_NOT_USABLE)
+            return
+        self._command = (int(stamp_ns), rates)  # type: ignore[assignment]
 
     @property
     def ready(self) -> bool:
@@ -144,7 +180,7 @@ class PoseFilter:
             self._restart((px, py, pz), quat)
         else:
             self._correct(dt_s, (px, py, pz))
-            self._update_rates(dt_s, quat)
+            self._correct_attitude(dt_s, quat, self._fresh_command(stamp_ns))
         self._last_stamp_ns = stamp_ns
         self._accepted += 1
         return self._estimate(stamp_ns) if self.ready else None
@@ -186,8 +222,10 @@ class PoseFilter:
         self._v = [0.0, 0.0, 0.0]
         self._w = [0.0, 0.0, 0.0]
         self._quat = quat if quat[0] >= 0.0 else tuple(-v for v in quat)
+        self._att = self._quat
         self._jumps_in_row = 0
         self._p11, self._p12, self._p22 = self._r, 0.0, self.config.initial_velocity_std_mps**2
+        self._a11, self._a12, self._a22 = self._r_att, 0.0, self.config.initial_rate_std_radps**2
 
     def _correct(self, dt_s: float, pos: tuple[float, float, float]) -> None:
         """Kalman predict over ``dt_s`` (constant velocity, white acceleration) and update."""
@@ -204,21 +242,51 @@ class PoseFilter:
             self._v[i] += k2 * innovation
         self._p11, self._p12, self._p22 = (1.0 - k1) * p11, (1.0 - k1) * p12, p22 - k2 * p12
 
-    def _update_rates(self, dt_s: float, quat: tuple[float, ...]) -> None:
-        """Body rate from the relative rotation q_prev^-1 * q_new, then a first-order low-pass."""
-        aw, ax, ay, az = self._quat
-        bw, bx, by, bz = quat
-        if aw * bw + ax * bx + ay * by + az * bz < 0.0:  # keep the sign continuous
-            bw, bx, by, bz = -bw, -bx, -by, -bz
-        # conj(a) * b: the rotation from the previous to the new attitude, in the body frame.
-        rw = aw * bw + ax * bx + ay * by + az * bz
-        rx = aw * bx - ax * bw - ay * bz + az * by
-        ry = aw * by + ax * bz - ay * bw - az * bx
-        rz = aw * bz - ax * by + ay * bx - az * bw
-        rotvec = quat_log(rw, rx, ry, rz)
-        alpha = dt_s / (self._rate_tau_s + dt_s)
-        self._w = [w + alpha * (r / dt_s - w) for w, r in zip(self._w, rotvec, strict=True)]
-        self._quat = (bw, bx, by, bz)
+    def _fresh_command(self, stamp_ns: int) -> tuple[float, float, float] | None:
+        """The rate command in force at ``stamp_ns``, or None (none yet, or too old)."""
+        if self._command is None:
+            return None
+        age_ns = stamp_ns - self._command[0]
+        return self._command[1] if age_ns <= self.config.command_timeout_s * NS_PER_S else None
+
+    def _correct_attitude(
+        self, dt_s: float, quat: tuple[float, ...], command: tuple[float, ...] | None
+    ) -> None:
+        """Error-state Kalman step of (attitude, body rate): predict over ``dt_s`` (constant
+        rate, or the first-order rate loop towards ``command``), correct with ``quat``."""
+        if command is None:
+            decay, q = 1.0, self._q_free
+            w_pred = self._w
+        else:
+            alpha = 1.0 - math.exp(-dt_s / self.config.rate_time_constant_s)
+            decay, q = 1.0 - alpha, self._q_cmd
+            w_pred = [w + alpha * (c - w) for w, c in zip(self._w, command, strict=True)]
+        half_dt = 0.5 * dt_s
+        predicted = quat_mul(
+            self._att, quat_exp(*(half_dt * (a + b) for a, b in zip(self._w, w_pred, strict=True)))
+        )
+        a11 = self._a11 + dt_s * (2.0 * self._a12 + dt_s * self._a22) + q * dt_s**3 / 3.0
+        a12 = decay * (self._a12 + dt_s * self._a22) + q * dt_s**2 / 2.0
+        a22 = decay * decay * self._a22 + q * dt_s
+        s = a11 + self._r_att
+        k1, k2 = a11 / s, a12 / s
+        pw, px, py, pz = predicted
+        mw, mx, my, mz = quat
+        if pw * mw + px * mx + py * my + pz * mz < 0.0:  # same hemisphere as the prediction
+            mw, mx, my, mz = -mw, -mx, -my, -mz
+        # conj(predicted) * measured: the innovation rotation, in the predicted body frame.
+        innovation = quat_log(
+            pw * mw + px * mx + py * my + pz * mz,
+            pw * mx - px * mw - py * mz + pz * my,
+            pw * my + px * mz - py * mw - pz * mx,
+            pw * mz - px * my + py * mx - pz * mw,
+        )
+        self._att = quat_mul(predicted, quat_exp(*(k1 * e for e in innovation)))
+        self._w = [w + k2 * e for w, e in zip(w_pred, innovation, strict=True)]
+        self._a11, self._a12, self._a22 = (1.0 - k1) * a11, (1.0 - k1) * a12, a22 - k2 * a12
+        if sum(a * b for a, b in zip(quat, self._quat, strict=True)) < 0.0:
+            quat = tuple(-v for v in quat)  # the output keeps a continuous sign
+        self._quat = quat
 
     def _estimate(self, stamp_ns: int) -> PoseEstimate:
         return PoseEstimate(
@@ -241,3 +309,25 @@ def quat_log(w: float, x: float, y: float, z: float) -> tuple[float, float, floa
         return 2.0 * x, 2.0 * y, 2.0 * z
     scale = 2.0 * math.atan2(sin_half, w) / sin_half
     return scale * x, scale * y, scale * z
+
+
+def quat_mul(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:
+    """Hamilton product ``a * b`` of two quaternions (w, x, y, z), renormalised (the filter
+    composes thousands of them). Scalar code for the same reason as :func:`quat_log`."""
+    aw, ax, ay, az = a
+    bw, bx, by, bz = b
+    w = aw * bw - ax * bx - ay * by - az * bz
+    x = aw * bx + ax * bw + ay * bz - az * by
+    y = aw * by - ax * bz + ay * bw + az * bx
+    z = aw * bz + ax * by - ay * bx + az * bw
+    norm = math.sqrt(w * w + x * x + y * y + z * z)
+    return w / norm, x / norm, y / norm, z / norm
+
+
+def quat_exp(x: float, y: float, z: float) -> tuple[float, float, float, float]:
+    """Unit quaternion (w, x, y, z) of the rotation vector (x, y, z) rad."""
+    angle = math.sqrt(x * x + y * y + z * z)
+    if angle < 1e-9:
+        return 1.0, 0.5 * x, 0.5 * y, 0.5 * z
+    scale = math.sin(0.5 * angle) / angle
+    return math.cos(0.5 * angle), scale * x, scale * y, scale * z
