@@ -124,7 +124,7 @@ class PoseFilter:
         self._r_att = self.config.attitude_noise_rad**2
         self._q_free = self.config.angular_accel_noise_radps2**2
         self._q_cmd = self.config.commanded_rate_noise_radps2**2
-        self._command: tuple[int, tuple[float, float, float]] | None = None  # (stamp, rates)
+        self._command: tuple[int, tuple[float, ...]] | None = None  # (stamp ns, rates rad/s)
         self.reset()
 
     def reset(self) -> None:
@@ -149,7 +149,7 @@ class PoseFilter:
         if len(rates) != 3 or not all(map(math.isfinite, rates)):
             self.counters.count(COMMAND_NOT_USABLE)
             return
-        self._command = (int(stamp_ns), rates)  # type: ignore[assignment]
+        self._command = (int(stamp_ns), rates)
 
     @property
     def ready(self) -> bool:
@@ -242,7 +242,7 @@ class PoseFilter:
             self._v[i] += k2 * innovation
         self._p11, self._p12, self._p22 = (1.0 - k1) * p11, (1.0 - k1) * p12, p22 - k2 * p12
 
-    def _fresh_command(self, stamp_ns: int) -> tuple[float, float, float] | None:
+    def _fresh_command(self, stamp_ns: int) -> tuple[float, ...] | None:
         """The rate command in force at ``stamp_ns``, or None (none yet, or too old)."""
         if self._command is None:
             return None
