@@ -177,3 +177,34 @@ def test_too_many_pending_loads_are_refused_as_busy(swapper) -> None:
     events = wait_events(swapper, n=5)
     assert swapper.pending == 0
     assert [e.version for e in events] == [1, 2, 3, 4, 5] and swapper.active_version == 5
+
+
+SCHEDULING_PROBE = """
+import os
+from vnd_core.flight.hotswap import ModelSwapper
+from vnd_core.flight.realtime import request_realtime
+
+line = request_realtime(10)
+if not line.startswith("SCHED_FIFO priority"):
+    print("REFUSED", line)
+    raise SystemExit(0)
+swapper = ModelSwapper(lambda policy: 1)
+swapper.submit(lambda: os.sched_getscheduler(0), "operator", "probe", activate=True)
+while not (events := swapper.poll()):
+    pass
+print("CONTROL", os.sched_getscheduler(0) == os.SCHED_FIFO)
+print("LOADER", swapper.active == os.SCHED_OTHER)
+"""
+
+
+def test_the_loader_thread_of_a_real_time_process_is_not_real_time() -> None:
+    """A bundle load (CPU-bound for about a second) must not hold a core at FIFO priority."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", SCHEDULING_PROBE], capture_output=True, text=True, timeout=60
+    ).stdout
+    if out.startswith("REFUSED"):
+        pytest.skip(f"no SCHED_FIFO on this machine: {out.strip()}")
+    assert "CONTROL True" in out and "LOADER True" in out, out

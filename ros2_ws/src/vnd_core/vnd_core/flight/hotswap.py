@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from vnd_core.flight.realtime import leave_realtime
+
 T = TypeVar("T")
 
 
@@ -139,6 +141,7 @@ class ModelSwapper(Generic[T]):
         self._worker.join(timeout_s)
 
     def _work(self) -> None:
+        leave_realtime()  # loads must never compete with a real-time control thread
         while (job := self._jobs.get()) is not None:
             try:
                 model = job.loader_fn()

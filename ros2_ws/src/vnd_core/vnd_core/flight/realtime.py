@@ -8,6 +8,7 @@ CAP_SYS_NICE (root or ``ulimit -r``); without it the node logs why and runs as b
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -26,3 +27,18 @@ def request_realtime(priority: int) -> str:
     except (PermissionError, OSError) as err:
         return f"SCHED_FIFO {priority} refused ({err.strerror}): normal scheduling"
     return f"SCHED_FIFO priority {priority}"
+
+
+def leave_realtime() -> None:
+    """Put the calling thread (only) back under the default scheduler, at nice 0.
+
+    For the helper threads of a real-time process: a thread inherits SCHED_FIFO from the
+    thread that starts it, and a CPU-bound FIFO thread (a bundle load and its smoke tests,
+    about a second) holds its core against every other FIFO task of the control path until it
+    blocks (measured: the policy's tick slipped to 30 ms at each learner swap). Nothing
+    happens when the thread is not real-time or the change is refused.
+    """
+    if os.sched_getscheduler(0) not in (os.SCHED_FIFO, os.SCHED_RR):
+        return
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # 0: this thread
