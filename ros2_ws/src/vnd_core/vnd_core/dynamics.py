@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from vnd_core.state import ACTION_DIM, GRAVITY_MPS2, OMEGA, POS, QUAT, RATES, STATE_DIM, THRUST, VEL
@@ -127,7 +128,9 @@ def _flatten(
             f"state must be (..., {STATE_DIM}) and action (..., {ACTION_DIM}), "
             f"got {tuple(state.shape)} and {tuple(action.shape)}"
         )
-    lead = torch.broadcast_shapes(state.shape[:-1], action.shape[:-1])
+    # numpy's rule is the same; torch's first call imports ~500 modules (1 s under the GIL,
+    # stalling the control thread of a node that loads its first model-carrying bundle)
+    lead = torch.Size(np.broadcast_shapes(state.shape[:-1], action.shape[:-1]))
     if state.shape[:-1] != lead:
         state = state.expand(*lead, STATE_DIM)
     if action.shape[:-1] != lead:
