@@ -6,8 +6,9 @@ tick used triggers it, so 100 Hz odometry gives 50 Hz ticks, each on a fresh sam
 on stamps, not arrival times, keeps the ticks on every second sample whatever the transport
 jitter, and resumes odometry-driven ticks right after a watchdog tick. A watchdog timer
 (``watchdog_period_s``) runs the tick itself when none happened for more than one period plus
-``tick_margin_s`` (odometry late or gone; period + margin + timer period, 26 ms by default,
-stays below the 30 ms that counts as a missed tick), then keeps ticking on the 50 Hz grid
+``tick_margin_s`` (odometry late or gone; the margin tolerates 6 ms of odometry jitter, and
+period + margin + timer period, 28 ms, stays below the 30 ms that counts as a missed tick),
+then keeps ticking on the 50 Hz grid
 until odometry is back; the
 safety filter sees the odometry age and falls back. The watchdog callback also applies
 finished bundle loads, so swaps happen between ticks. Operator arm / disarm requests
@@ -94,8 +95,8 @@ class PolicyNodeConfig:
     min_tick_interval_s: float = param(
         0.018, "odometry stamped closer than this to the last tick's odometry waits (s)"
     )
-    watchdog_period_s: float = param(0.003, "period of the watchdog / swap timer (s)")
-    tick_margin_s: float = param(0.003, "watchdog ticks after period + this without a tick (s)")
+    watchdog_period_s: float = param(0.002, "period of the watchdog / swap timer (s)")
+    tick_margin_s: float = param(0.006, "watchdog ticks after period + this without a tick (s)")
     latent_max_age_s: float = param(0.1, "a latent older than this is not used (s)")
     smoke_budget_us: float = param(2000.0, "bundle check: median inference time limit (us)")
     startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")

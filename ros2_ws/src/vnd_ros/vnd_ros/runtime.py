@@ -108,11 +108,22 @@ def start_node(
 
     Also turns on :mod:`faulthandler`: a crash in a C extension (middleware, bag writer,
     torch) then leaves the Python stack of every thread in the node's output."""
-    faulthandler.enable(all_threads=True)
+    _enable_faulthandler()
     try:
         return factory()
     except errors as err:
         _exit_on_startup_error(name, err, exit_code)
+
+
+def _enable_faulthandler() -> None:
+    """Crash dumps to the process's error stream: ``sys.stderr``, or the original one when it
+    was replaced by an object without a file descriptor (a test's capture)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            faulthandler.enable(file=stream, all_threads=True)
+            return
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+            continue
 
 
 def _exit_on_startup_error(name: str, err: Exception, exit_code: int) -> NoReturn:
