@@ -61,7 +61,7 @@ class SimNodeConfig:
     real_time_factor: float = 1.0  # simulated seconds per clock second (> 1 only for tests)
     start_on_command: bool = True  # scenario time starts at the first valid command, else at once
     match_start_velocity: bool = False  # start moving with the reference instead of at rest
-    tick_rate_hz: float = 100.0  # rate of the timer that advances the plant (clock time)
+    tick_rate_hz: float = 500.0  # rate of the plant timer (clock time): samples wait <= 1 tick
     pose_rate_hz: float = 100.0  # mocap pose rate in simulated time (divides physics rate)
     max_catch_up_s: float = 0.25  # most simulated time one tick integrates; beyond, time slips
     plant: PlantConfig = field(default_factory=PlantConfig)  # true-plant settings (plant.*)
