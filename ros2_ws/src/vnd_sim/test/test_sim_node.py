@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from vnd_ros import dds_node
 from vnd_ros.messages import get_message
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profile_status
@@ -215,7 +216,8 @@ def test_sim_node_flies_the_scenario(sim_run):
     assert counters["commands"] > 50 and counters["refused_mode"] == 0
     assert counters["scenario_time_ms"] > 2500
     assert counters["slipped_ms"] < 100, "the sim could not keep up"
-    assert 80.0 < last.rate_hz < 120.0, f"timer rate {last.rate_hz:.1f} Hz"
+    tick_rate_hz = yaml.safe_load(SIM_CONFIG.read_text())["/**"]["ros__parameters"]["tick_rate_hz"]
+    assert 0.8 * tick_rate_hz < last.rate_hz < 1.2 * tick_rate_hz, f"timer {last.rate_hz:.1f} Hz"
     assert last.ticks > 100
 
 
