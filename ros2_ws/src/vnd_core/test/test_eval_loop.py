@@ -119,10 +119,9 @@ def test_recovery_time_of_a_known_error_trace():
     assert clean["recovery_s"] == pytest.approx(0.2) and not clean["censored"]
 
 
-def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
-    scenario_path = tmp_path / "tiny_wind.yaml"
-    scenario_path.write_text(TINY_SCENARIO)
-    learner = LearnerConfig.quick(
+def tiny_learner() -> LearnerConfig:
+    """A learner that updates every second on a few windows with one-step budgets."""
+    return LearnerConfig.quick(
         min_new_ticks=50,
         min_interval_s=1.0,
         min_windows=8,
@@ -132,6 +131,12 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
             probe_observations=12, eval_rollouts=4, eval_ticks=10, hover_ticks=10
         ),
     )
+
+
+def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
+    scenario_path = tmp_path / "tiny_wind.yaml"
+    scenario_path.write_text(TINY_SCENARIO)
+    learner = tiny_learner()
     config = EvalConfig.quick(
         seeds=1,
         time_scale=1.0,
@@ -177,16 +182,7 @@ def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
     """--jobs: each run in a forked process; every run's figures equal the serial ones."""
     scenario_path = tmp_path / "tiny_wind.yaml"
     scenario_path.write_text(TINY_SCENARIO)
-    learner = LearnerConfig.quick(
-        min_new_ticks=50,
-        min_interval_s=1.0,
-        min_windows=8,
-        fit=FitConfig.quick(steps=4, batch_size=16),
-        trainer=TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=40, iterations=1),
-        validation=ValidationConfig(
-            probe_observations=12, eval_rollouts=4, eval_ticks=10, hover_ticks=10
-        ),
-    )
+    learner = tiny_learner()
     config = EvalConfig.quick(seeds=2, time_scale=1.0, learner=learner, update_delay_s=0.2)
     figures = {}
     for jobs in (1, 2):
