@@ -171,7 +171,7 @@ def rate_loop_flight(
     loop, seen by 100 Hz mocap with 4 mrad attitude noise; the rate errors (N, 3) after 0.5 s."""
     rng = np.random.default_rng(seed)
     tau_s, dt_s = 0.06, 0.01
-    filt = PoseFilter(PoseFilterConfig(rate_time_constant_s=tau_s))
+    filt = PoseFilter(rate_time_constant_s=tau_s)
     quat, rates, command = LEVEL.copy(), np.zeros(3), np.zeros(3)
     errors = []
     for k in range(int(duration_s / dt_s)):

@@ -14,7 +14,6 @@ A mocap driver that already publishes Odometry is remapped straight onto ``odom`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 
@@ -52,9 +51,7 @@ class PoseFilterNode(Node):
         self.cfg = freeze_parameters(self, PoseFilterNodeConfig)
         self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         rate_loop_s = load_vehicle(self.cfg.vehicle).body_rate_time_constant_s
-        self.filter = PoseFilter(
-            dataclasses.replace(self.cfg.filter, rate_time_constant_s=rate_loop_s)
-        )
+        self.filter = PoseFilter(self.cfg.filter, rate_time_constant_s=rate_loop_s)
         self.Odometry = get_message("nav_msgs/msg/Odometry")
         self.NodeStatus = get_message("vnd_msgs/msg/NodeStatus")
         self.published = 0

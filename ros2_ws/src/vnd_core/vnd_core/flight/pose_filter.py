@@ -49,7 +49,6 @@ class PoseFilterConfig:
     attitude_noise_rad: float = 0.004  # std of mocap attitude noise per axis (rotation vector)
     angular_accel_noise_radps2: float = 20.0  # rate process noise without a command [/sqrt(s)]
     commanded_rate_noise_radps2: float = 6.0  # rate process noise given the command [/sqrt(s)]
-    rate_time_constant_s: float = 0.06  # the vehicle's body-rate loop (first-order) time constant
     command_timeout_s: float = 0.1  # a rate command older than this (vs the sample) is not used
     initial_rate_std_radps: float = 2.0  # body-rate uncertainty right after a (re)start [rad/s]
     position_jump_m: float = 0.3  # reject a sample this far from the predicted position
@@ -67,7 +66,6 @@ class PoseFilterConfig:
             "attitude_noise_rad",
             "angular_accel_noise_radps2",
             "commanded_rate_noise_radps2",
-            "rate_time_constant_s",
             "command_timeout_s",
             "initial_rate_std_radps",
             "position_jump_m",
@@ -115,9 +113,16 @@ class PoseFilter:
     After a restart no estimate is returned until ``warmup_samples`` samples were accepted.
     """
 
-    def __init__(self, config: PoseFilterConfig | None = None) -> None:
+    def __init__(
+        self, config: PoseFilterConfig | None = None, rate_time_constant_s: float = 0.06
+    ) -> None:
+        """``rate_time_constant_s``: the vehicle's first-order body-rate loop (its
+        ``body_rate_time_constant_s``), through which rate commands predict the rates."""
         self.config = config or PoseFilterConfig()
         self.config.validate()
+        if not rate_time_constant_s > 0:
+            raise ValueError(f"rate_time_constant_s must be > 0, got {rate_time_constant_s}")
+        self.rate_time_constant_s = rate_time_constant_s
         self.counters = ReasonCounter()
         self._r = self.config.position_noise_m**2
         self._q = self.config.accel_noise_mps2**2
@@ -258,7 +263,7 @@ class PoseFilter:
             decay, q = 1.0, self._q_free
             w_pred = self._w
         else:
-            alpha = 1.0 - math.exp(-dt_s / self.config.rate_time_constant_s)
+            alpha = 1.0 - math.exp(-dt_s / self.rate_time_constant_s)
             decay, q = 1.0 - alpha, self._q_cmd
             w_pred = [w + alpha * (c - w) for w, c in zip(self._w, command, strict=True)]
         half_dt = 0.5 * dt_s
