@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from vnd_core.learner.policy_update import (
+    TrustRegion,
     anchored_dynamics,
     anchored_latent,
     data_trust,
@@ -16,6 +18,7 @@ from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.data import Segment, TransitionDataset
 from vnd_core.vnd.features import apply_residual, dynamics_input
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
@@ -68,6 +71,36 @@ def test_residual_fades_out_far_from_the_data():
         assert trust[0, 0] == 1.0 and trust[1, 0] == 0.0
         out = anchored_dynamics(model)(state, action, torch.randn(2, model.latent_dim))
         torch.testing.assert_close(out[1], model.prior(state, action)[1])
+
+
+def drifting_dataset(model: VNDModel, velocity_mps: float) -> TransitionDataset:
+    """Level flight at ``velocity_mps`` along x (plus noise): far outside the loud model's
+    first-fit statistics, which are centred on hover with unit std."""
+    g = torch.Generator().manual_seed(3)
+    states = hover_state((60,))
+    states[:, 7] = velocity_mps + 0.05 * torch.randn(60, generator=g)
+    actions = torch.tensor([9.0, 0.0, 0.0, 0.0]).expand(60, 4)
+    return TransitionDataset(model.prior, [Segment(states, actions)])
+
+
+def test_trust_region_of_the_dataset_trusts_the_data_the_model_was_fitted_on():
+    model = loud_model()
+    dataset = drifting_dataset(model, 8.0)
+    region = TrustRegion.of_dataset(dataset)
+    state, action = dataset.tensors()["state"][:5], dataset.tensors()["action"][:5]
+    assert bool((data_trust(model, state, action, region) == 1.0).all())
+    assert bool((data_trust(model, state, action) == 0.0).all())  # first-fit statistics
+    z = torch.randn(5, model.latent_dim)
+    with torch.no_grad():
+        prior = model.prior(state, action)
+        torch.testing.assert_close(anchored_dynamics(model)(state, action, z), prior)
+        out = anchored_dynamics(model, trust_region=region)(state, action, z)
+        torch.testing.assert_close(out, model.predict(state, action, z))
+    hovering = hover_state((1,))
+    assert float(data_trust(model, hovering, action[:1], region)) == 0.0  # 8 m/s away
+    one = TransitionDataset(model.prior, [Segment(hover_state((2,)), action[:1])])
+    with pytest.raises(ValueError, match=">= 2 transitions"):
+        TrustRegion.of_dataset(one)
 
 
 def test_translational_components_equal_the_masked_full_composition():

@@ -36,6 +36,7 @@ from vnd_core.evaluation.baselines import true_disturbance
 from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords, to_segments
 from vnd_core.learner.policy_update import (
+    TrustRegion,
     anchored_dynamics,
     on_model_environment,
     residual_bound,
@@ -229,7 +230,13 @@ class RefitMethod(Method):
         # VND's training dynamics and environment, without the latent: the same residual
         # components, bound and data trust band, on the same lag- and drag-free environment
         bound = residual_bound(dataset)
-        dynamics = anchored_dynamics(self.model, bound, c.residual_components, prior_at_zero=False)
+        dynamics = anchored_dynamics(
+            self.model,
+            bound,
+            c.residual_components,
+            prior_at_zero=False,
+            trust_region=TrustRegion.of_dataset(dataset),
+        )
         trainer = PolicyTrainer(
             policy,
             dynamics,

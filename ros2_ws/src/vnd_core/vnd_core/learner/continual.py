@@ -30,6 +30,7 @@ import torch
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
 from vnd_core.learner.policy_update import (
+    TrustRegion,
     anchored_dynamics,
     residual_bound,
     train_policy_on_model,
@@ -303,6 +304,7 @@ class ContinualLearner:
             # training), so its z weights are untrained; start them at zero (PolicyNet docs).
             policy.silence_latent()
         bound = residual_bound(dataset)
+        region = TrustRegion.of_dataset(dataset)
         trainer_config = dataclasses.replace(c.trainer, seed=c.trainer.seed + c.seed + version)
         summary = train_policy_on_model(
             policy,
@@ -314,6 +316,7 @@ class ContinualLearner:
             residual_bound=bound,
             latent_pool=fit.latents.z if fit.latents is not None else None,
             pool_fraction=c.pool_fraction,
+            trust_region=region,
             components=c.residual_components,
             latent_pathway_only=c.latent_pathway_only,
         )
@@ -327,7 +330,7 @@ class ContinualLearner:
         report("validate", 0.0)
         reason, checks = self._validate(
             policy,
-            anchored_dynamics(model, bound, c.residual_components),
+            anchored_dynamics(model, bound, c.residual_components, trust_region=region),
             model,
             dataset,
         )

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -36,7 +37,7 @@ from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.features import RES_POS, RES_VEL, apply_residual, dynamics_input
-from vnd_core.vnd.model import VNDModel
+from vnd_core.vnd.model import INPUT_STD_FLOOR, VNDModel
 
 # progress(iteration, total_iterations, metrics)
 TrainProgress = Callable[[int, int, dict], None]
@@ -52,13 +53,15 @@ def train_policy_on_model(
     residual_bound: torch.Tensor | None = None,
     latent_pool: torch.Tensor | None = None,
     pool_fraction: float = 0.5,
+    trust_region: TrustRegion | None = None,
     components: str = "translational",
     latent_pathway_only: bool = False,
 ) -> dict:
     """Train ``policy`` in place on ``model``'s dynamics with z ~ N(0, I) per rollout
     (a fraction ``anchor_fraction`` of the rollouts: z = 0 on the prior; a fraction
     ``pool_fraction`` of the others: a row of ``latent_pool`` (M, nz), the re-encoded replay;
-    residual clipped to ``residual_bound`` (12,) when given and restricted to ``components``;
+    residual clipped to ``residual_bound`` (12,) when given, weighted by ``trust_region``
+    (:class:`TrustRegion`; pass the fitted dataset's) and restricted to ``components``;
     see the module docstring). ``latent_pathway_only``: train only the weights that read z
     (:func:`_train_latent_pathway_only`).
 
@@ -74,7 +77,7 @@ def train_policy_on_model(
         raise ValueError(f"anchor_fraction must be within [0, 1), got {anchor_fraction}")
     policy.train()
     restore = _train_latent_pathway_only(policy) if latent_pathway_only else None
-    dynamics = anchored_dynamics(model, residual_bound, components)
+    dynamics = anchored_dynamics(model, residual_bound, components, trust_region=trust_region)
     sampler = anchored_latent(model.latent_dim, anchor_fraction, latent_pool, pool_fraction)
     trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
     try:
@@ -153,18 +156,52 @@ TRUST_FULL_STD = 3.0  # the residual acts fully within this many data std of eve
 TRUST_ZERO_STD = 6.0  # and not at all beyond this many
 
 
-def data_trust(model: VNDModel, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+@dataclass(frozen=True)
+class TrustRegion:
+    """Where the data are: per-input mean and std (16,) of the dynamics inputs.
+
+    The residual is fitted on the replay, so it is only trusted near the replay: fully within
+    :data:`TRUST_FULL_STD` std of the data on every input, not at all beyond
+    :data:`TRUST_ZERO_STD`. The region must come from the data the model was fitted on
+    (:meth:`of_dataset`). The model's own input normaliser is frozen at its first fit, which is
+    calm flight; measured in its units, 57 % of the wind ticks the model had been fitted on
+    fell outside the band, so policies trained against about three quarters of the wind.
+    """
+
+    mean: torch.Tensor  # (16,) mean of each dynamics input
+    std: torch.Tensor  # (16,) std of each dynamics input (floored)
+
+    @classmethod
+    def of_dataset(cls, dataset: TransitionDataset) -> TrustRegion:
+        """The region of every transition in ``dataset``."""
+        inputs = dataset.tensors()["inputs"]
+        if len(inputs) < 2:
+            raise ValueError(f"a trust region needs >= 2 transitions, got {len(inputs)}")
+        return cls(inputs.mean(dim=0), inputs.std(dim=0).clamp_min(INPUT_STD_FLOOR))
+
+    @classmethod
+    def of_model(cls, model: VNDModel) -> TrustRegion:
+        """The statistics of the model's input normaliser (the data of its first fit)."""
+        normalizer = model.residual.input_normalizer
+        return cls(normalizer.mean.clone(), normalizer.std.clone())
+
+    def weight(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Weight (B, 1) in [0, 1] of the residual at dynamics inputs (B, 16); no gradient."""
+        with torch.no_grad():
+            distance = ((inputs - self.mean) / self.std).abs().amax(dim=-1, keepdim=True)
+            return ((TRUST_ZERO_STD - distance) / (TRUST_ZERO_STD - TRUST_FULL_STD)).clamp(0, 1)
+
+
+def data_trust(
+    model: VNDModel,
+    state: torch.Tensor,
+    action: torch.Tensor,
+    region: TrustRegion | None = None,
+) -> torch.Tensor:
     """Weight (B, 1) in [0, 1] of the residual at ``state`` (B, 13), ``action`` (B, 4): 1 near
-    the data, 0 far outside it (see the module docstring); no gradient."""
-    return _trust_of_input(model, dynamics_input(state, action))
-
-
-def _trust_of_input(model: VNDModel, inputs: torch.Tensor) -> torch.Tensor:
-    """:func:`data_trust` of dynamics inputs (B, 16)."""
-    with torch.no_grad():
-        x = model.residual.input_normalizer(inputs)
-        distance = x.abs().amax(dim=-1, keepdim=True)
-        return ((TRUST_ZERO_STD - distance) / (TRUST_ZERO_STD - TRUST_FULL_STD)).clamp(0.0, 1.0)
+    the data of ``region`` (default: the model's first fit), 0 far outside it."""
+    region = region if region is not None else TrustRegion.of_model(model)
+    return region.weight(dynamics_input(state, action))
 
 
 COMPONENT_MASKS = {  # which of the 12 residual components (pos, rot, vel, omega) act
@@ -178,16 +215,19 @@ def anchored_dynamics(
     residual_bound: torch.Tensor | None = None,
     components: str = "full",
     prior_at_zero: bool = True,
+    trust_region: TrustRegion | None = None,
 ) -> Dynamics:
     """``prior ⊕ trust · mask · clip(D(s, a, z), ±residual_bound)`` of the frozen ``model``
-    (``mask`` from :data:`COMPONENT_MASKS`); with ``prior_at_zero`` the bare prior for rows
-    whose z is exactly 0 (the anchors; a latent-free model is trained with z = 0 and passes
-    False). Shapes: state (B, 13), action (B, 4), z (B, nz)."""
+    (``mask`` from :data:`COMPONENT_MASKS`, ``trust`` from ``trust_region``, default: the
+    model's first fit); with ``prior_at_zero`` the bare prior for rows whose z is exactly 0
+    (the anchors; a latent-free model is trained with z = 0 and passes False).
+    Shapes: state (B, 13), action (B, 4), z (B, nz)."""
     if components not in COMPONENT_MASKS:
         raise ValueError(f"components must be one of {sorted(COMPONENT_MASKS)}, got {components}")
     mask = torch.tensor(COMPONENT_MASKS[components])
     # Forces only: the rotation and rate parts are masked to zero, so skip composing them.
     compose = _add_translational if components == "translational" else apply_residual
+    region = trust_region if trust_region is not None else TrustRegion.of_model(model)
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
 
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -196,7 +236,7 @@ def anchored_dynamics(
         residual = model.residual(inputs, z)
         if residual_bound is not None:
             residual = torch.maximum(torch.minimum(residual, residual_bound), -residual_bound)
-        residual = residual * _trust_of_input(model, inputs) * mask
+        residual = residual * region.weight(inputs) * mask
         corrected = compose(prior_next, residual)
         if not prior_at_zero:
             return corrected
