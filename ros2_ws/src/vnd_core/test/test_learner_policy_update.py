@@ -25,13 +25,17 @@ from vnd_core.vnd.model import VNDModel, VNDModelConfig
 VEHICLE = load_vehicle("agile")
 
 
+HOVER_INPUT = dynamics_input(hover_state(), torch.tensor([9.0, 0.0, 0.0, 0.0]))
+# data centred on hover with unit std: hover-like inputs count as inside the data
+HOVER = TrustRegion(HOVER_INPUT, torch.ones(16))
+
+
 def loud_model() -> VNDModel:
     """A model whose residual is far from zero (large output gain), seeded, with input
-    statistics centred on hover (so hover-like inputs count as inside the data)."""
+    statistics centred on hover (as if first fitted on :data:`HOVER`'s data)."""
     torch.manual_seed(0)
     model = VNDModel(VEHICLE, VNDModelConfig(residual_out_gain=5.0))
-    hover_input = dynamics_input(hover_state(), torch.tensor([9.0, 0.0, 0.0, 0.0]))
-    model.residual.input_normalizer.set_stats(hover_input, torch.ones(16))
+    model.residual.input_normalizer.set_stats(HOVER_INPUT, torch.ones(16))
     return model
 
 
@@ -47,7 +51,7 @@ def test_zero_latent_rows_fly_the_prior_and_others_the_model():
     z = torch.randn(3, model.latent_dim)
     z[1] = 0.0
     with torch.no_grad():
-        out = anchored_dynamics(model)(state, action, z)
+        out = anchored_dynamics(model, trust_region=HOVER)(state, action, z)
         torch.testing.assert_close(out[1], model.prior(state, action)[1])
         torch.testing.assert_close(out[0], model.predict(state, action, z)[0])
         assert not torch.allclose(out[0], model.prior(state, action)[0])
@@ -58,7 +62,7 @@ def test_residual_is_clipped_to_the_bound():
     state, action = near_hover(4)
     z = torch.randn(4, model.latent_dim)
     with torch.no_grad():
-        clipped = anchored_dynamics(model, torch.zeros(12))(state, action, z)
+        clipped = anchored_dynamics(model, torch.zeros(12), trust_region=HOVER)(state, action, z)
         torch.testing.assert_close(clipped, model.prior(state, action))
 
 
@@ -67,9 +71,11 @@ def test_residual_fades_out_far_from_the_data():
     state, action = near_hover(2)
     state[1, 7:10] = torch.tensor([20.0, 0.0, 0.0])  # 20 std away in velocity
     with torch.no_grad():
-        trust = data_trust(model, state, action)
+        trust = data_trust(HOVER, state, action)
         assert trust[0, 0] == 1.0 and trust[1, 0] == 0.0
-        out = anchored_dynamics(model)(state, action, torch.randn(2, model.latent_dim))
+        out = anchored_dynamics(model, trust_region=HOVER)(
+            state, action, torch.randn(2, model.latent_dim)
+        )
         torch.testing.assert_close(out[1], model.prior(state, action)[1])
 
 
@@ -88,16 +94,18 @@ def test_trust_region_of_the_dataset_trusts_the_data_the_model_was_fitted_on():
     dataset = drifting_dataset(model, 8.0)
     region = TrustRegion.of_dataset(dataset)
     state, action = dataset.tensors()["state"][:5], dataset.tensors()["action"][:5]
-    assert bool((data_trust(model, state, action, region) == 1.0).all())
-    assert bool((data_trust(model, state, action) == 0.0).all())  # first-fit statistics
+    assert bool((data_trust(region, state, action) == 1.0).all())
+    assert bool((data_trust(HOVER, state, action) == 0.0).all())  # first-fit statistics
     z = torch.randn(5, model.latent_dim)
     with torch.no_grad():
         prior = model.prior(state, action)
-        torch.testing.assert_close(anchored_dynamics(model)(state, action, z), prior)
+        torch.testing.assert_close(
+            anchored_dynamics(model, trust_region=HOVER)(state, action, z), prior
+        )
         out = anchored_dynamics(model, trust_region=region)(state, action, z)
         torch.testing.assert_close(out, model.predict(state, action, z))
     hovering = hover_state((1,))
-    assert float(data_trust(model, hovering, action[:1], region)) == 0.0  # 8 m/s away
+    assert float(data_trust(region, hovering, action[:1])) == 0.0  # 8 m/s away
     one = TransitionDataset(model.prior, [Segment(hover_state((2,)), action[:1])])
     with pytest.raises(ValueError, match=">= 2 transitions"):
         TrustRegion.of_dataset(one)
@@ -108,8 +116,10 @@ def test_translational_components_equal_the_masked_full_composition():
     state, action = near_hover(5)
     z = torch.randn(5, model.latent_dim)
     with torch.no_grad():
-        fast = anchored_dynamics(model, components="translational")(state, action, z)
-        residual = model.residual_correction(state, action, z) * data_trust(model, state, action)
+        fast = anchored_dynamics(model, components="translational", trust_region=HOVER)(
+            state, action, z
+        )
+        residual = model.residual_correction(state, action, z) * data_trust(HOVER, state, action)
         residual[:, 3:6] = 0.0  # rotation
         residual[:, 9:12] = 0.0  # body rates
         full = apply_residual(model.prior(state, action), residual)
@@ -131,7 +141,7 @@ def test_training_changes_the_policy_not_the_model():
     policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,)))
     policy_before = copy.deepcopy(policy.state_dict())
     config = TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=20, iterations=2)
-    summary = train_policy_on_model(policy, model, VEHICLE, config)
+    summary = train_policy_on_model(policy, model, VEHICLE, config, trust_region=HOVER)
     assert summary["iterations"] == 2
     assert not torch.equal(policy.state_dict()["net.0.weight"], policy_before["net.0.weight"])
     for name, value in model.state_dict().items():
@@ -144,7 +154,9 @@ def test_latent_pathway_only_keeps_the_z_zero_policy():
     policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,)))
     before = copy.deepcopy(policy.state_dict())
     config = TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=20, iterations=3)
-    train_policy_on_model(policy, model, VEHICLE, config, latent_pathway_only=True)
+    train_policy_on_model(
+        policy, model, VEHICLE, config, latent_pathway_only=True, trust_region=HOVER
+    )
     after = policy.state_dict()
     nz = policy.latent_dim
     first, first_before = after["net.0.weight"], before["net.0.weight"]

@@ -53,9 +53,10 @@ def train_policy_on_model(
     residual_bound: torch.Tensor | None = None,
     latent_pool: torch.Tensor | None = None,
     pool_fraction: float = 0.5,
-    trust_region: TrustRegion | None = None,
     components: str = "translational",
     latent_pathway_only: bool = False,
+    *,
+    trust_region: TrustRegion,
 ) -> dict:
     """Train ``policy`` in place on ``model``'s dynamics with z ~ N(0, I) per rollout
     (a fraction ``anchor_fraction`` of the rollouts: z = 0 on the prior; a fraction
@@ -179,12 +180,6 @@ class TrustRegion:
             raise ValueError(f"a trust region needs >= 2 transitions, got {len(inputs)}")
         return cls(inputs.mean(dim=0), inputs.std(dim=0).clamp_min(INPUT_STD_FLOOR))
 
-    @classmethod
-    def of_model(cls, model: VNDModel) -> TrustRegion:
-        """The statistics of the model's input normaliser (the data of its first fit)."""
-        normalizer = model.residual.input_normalizer
-        return cls(normalizer.mean.clone(), normalizer.std.clone())
-
     def weight(self, inputs: torch.Tensor) -> torch.Tensor:
         """Weight (B, 1) in [0, 1] of the residual at dynamics inputs (B, 16); no gradient."""
         with torch.no_grad():
@@ -192,15 +187,9 @@ class TrustRegion:
             return ((TRUST_ZERO_STD - distance) / (TRUST_ZERO_STD - TRUST_FULL_STD)).clamp(0, 1)
 
 
-def data_trust(
-    model: VNDModel,
-    state: torch.Tensor,
-    action: torch.Tensor,
-    region: TrustRegion | None = None,
-) -> torch.Tensor:
+def data_trust(region: TrustRegion, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
     """Weight (B, 1) in [0, 1] of the residual at ``state`` (B, 13), ``action`` (B, 4): 1 near
-    the data of ``region`` (default: the model's first fit), 0 far outside it."""
-    region = region if region is not None else TrustRegion.of_model(model)
+    the data of ``region``, 0 far outside it."""
     return region.weight(dynamics_input(state, action))
 
 
@@ -215,19 +204,19 @@ def anchored_dynamics(
     residual_bound: torch.Tensor | None = None,
     components: str = "full",
     prior_at_zero: bool = True,
-    trust_region: TrustRegion | None = None,
+    *,
+    trust_region: TrustRegion,
 ) -> Dynamics:
     """``prior ⊕ trust · mask · clip(D(s, a, z), ±residual_bound)`` of the frozen ``model``
-    (``mask`` from :data:`COMPONENT_MASKS`, ``trust`` from ``trust_region``, default: the
-    model's first fit); with ``prior_at_zero`` the bare prior for rows whose z is exactly 0
-    (the anchors; a latent-free model is trained with z = 0 and passes False).
+    (``mask`` from :data:`COMPONENT_MASKS`, ``trust`` from ``trust_region``: the region of the
+    data the model was fitted on); with ``prior_at_zero`` the bare prior for rows whose z is
+    exactly 0 (the anchors; a latent-free model is trained with z = 0 and passes False).
     Shapes: state (B, 13), action (B, 4), z (B, nz)."""
     if components not in COMPONENT_MASKS:
         raise ValueError(f"components must be one of {sorted(COMPONENT_MASKS)}, got {components}")
     mask = torch.tensor(COMPONENT_MASKS[components])
     # Forces only: the rotation and rate parts are masked to zero, so skip composing them.
     compose = _add_translational if components == "translational" else apply_residual
-    region = trust_region if trust_region is not None else TrustRegion.of_model(model)
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
 
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -236,7 +225,7 @@ def anchored_dynamics(
         residual = model.residual(inputs, z)
         if residual_bound is not None:
             residual = torch.maximum(torch.minimum(residual, residual_bound), -residual_bound)
-        residual = residual * region.weight(inputs) * mask
+        residual = residual * trust_region.weight(inputs) * mask
         corrected = compose(prior_next, residual)
         if not prior_at_zero:
             return corrected
