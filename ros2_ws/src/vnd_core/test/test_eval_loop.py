@@ -111,12 +111,12 @@ def test_recovery_time_of_a_known_error_trace():
     (rec,) = recovery_times(time_s, error, scenario)
     assert rec["phase"] == "wind" and rec["steady_m"] == pytest.approx(0.02)
     assert rec["phase_rmse_m"] == pytest.approx(np.sqrt((150 * 0.5**2 + 350 * 0.02**2) / 500))
-    # the 1 s window must be free of the burst (plus a tick for the <= comparison)
-    assert rec["recovery_s"] == pytest.approx(4.0, abs=0.03) and not rec["censored"]
+    # band 1.2 x 0.02 + 0.01 m: the centred 1-s window may hold 0.3 % of the burst
+    assert rec["recovery_s"] == pytest.approx(3.5, abs=0.03) and not rec["censored"]
     error[:] = 0.02
     error[time_s <= 10.0] = 0.5  # a bad previous phase must not leak into the next one
     (clean,) = recovery_times(time_s, error, scenario)
-    assert clean["recovery_s"] == pytest.approx(0.2) and not clean["censored"]
+    assert clean["recovery_s"] == 0.0 and not clean["censored"]
 
 
 def tiny_learner() -> LearnerConfig:

@@ -11,10 +11,11 @@ Definitions (also written into report.md):
   policy used that tick (Transition.reference) and ``p_true`` the simulator's true position at
   the tick's odometry stamp (sim/truth carries the same stamps as the mocap samples).
 - Phase RMSE: root mean square of the per-tick error over the phase's scenario-time span.
-- Recovery time: the 1-s moving RMSE ``m(t)`` (centred window, samples of the phase only);
-  steady level ``s`` = median of ``m`` over the second half of the phase. If the peak of ``m``
-  in the first half exceeds ``1.2 s``, recovery = first time after that peak at which ``m`` is
-  back within ``1.2 s``, measured from the phase start; else 0 (no excursion).
+- Recovery time: :mod:`vnd_core.recovery` (shared with ``vnd eval``): time from the phase
+  start until the 1-s moving RMSE is back within 1.2x (+ 1 cm) of the phase's steady level at
+  the same point of the reference (the steady level is a profile over the reference period:
+  under wind the settled error swings with the point of the figure-eight); 0 when it never
+  leaves that band in the first half of the phase.
 - Control latency: per control tick of the scenario, publication of the odometry sample ->
   publication of the command answering it (DDS source timestamps of the pose filter's and the
   policy's writers, one host clock): odometry arrival -> command out, the control path. The
@@ -35,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from vnd_core.recovery import WINDOW_S, moving_rmse, recovery
+
 NS_PER_S = 1_000_000_000
-RECOVERY_WINDOW_S = 1.0  # width of the moving RMSE window [s]
-RECOVERY_FACTOR = 1.2  # "recovered" = moving RMSE within this factor of the steady level
 STAMP_MATCH_TOLERANCE_NS = 6_000_000  # truth sample within this of a tick stamp is its match
 
 
@@ -151,7 +152,7 @@ class PhaseResult:
     end_s: float  # scenario time the phase ends [s]
     rmse_m: float | None  # RMSE of the position error [m] (None: no samples)
     recovery_s: float | None  # see module docstring (None: too few samples)
-    steady_rmse_m: float | None  # steady level of the 1-s moving RMSE [m]
+    steady_rmse_m: float | None  # RMSE over the second half of the phase [m]
     peak_rmse_m: float | None  # peak 1-s moving RMSE in the first half [m]
     samples: int  # ticks in the phase
 
@@ -169,48 +170,14 @@ class PhaseResult:
         }
 
 
-def moving_rmse(t_s: np.ndarray, err_m: np.ndarray, window_s: float) -> np.ndarray:
-    """RMSE over the centred window ``[t - w/2, t + w/2]`` at every sample (t sorted)."""
-    cumulative = np.concatenate([[0.0], np.cumsum(np.square(err_m))])
-    lo = np.searchsorted(t_s, t_s - window_s / 2, side="left")
-    hi = np.searchsorted(t_s, t_s + window_s / 2, side="right")
-    return np.sqrt((cumulative[hi] - cumulative[lo]) / np.maximum(hi - lo, 1))
-
-
-def recovery_time(
+def phase_results(
     t_s: np.ndarray,
     err_m: np.ndarray,
-    start_s: float,
-    end_s: float,
-    window_s: float = RECOVERY_WINDOW_S,
-    factor: float = RECOVERY_FACTOR,
-) -> tuple[float | None, float | None, float | None]:
-    """(recovery [s], steady level [m], first-half peak [m]) of the phase ``[start, end)``.
-
-    ``t_s`` and ``err_m`` are the phase's samples, sorted by time. None values when the phase
-    holds fewer than two windows of samples.
-    """
-    if len(t_s) < 4 or t_s[-1] - t_s[0] < 2 * window_s:
-        return None, None, None
-    m = moving_rmse(t_s, err_m, window_s)
-    middle = start_s + (end_s - start_s) / 2
-    steady = float(np.median(m[t_s >= middle]))
-    first = np.flatnonzero(t_s < middle)
-    peak_index = first[np.argmax(m[first])]
-    peak = float(m[peak_index])
-    limit = factor * steady
-    if peak <= limit:
-        return 0.0, steady, peak
-    after = np.flatnonzero((m <= limit) & (np.arange(len(m)) > peak_index))
-    if len(after) == 0:
-        return float(end_s - start_s), steady, peak
-    return float(t_s[after[0]] - start_s), steady, peak
-
-
-def phase_results(
-    t_s: np.ndarray, err_m: np.ndarray, spans: Sequence[tuple[str, float, float]]
+    spans: Sequence[tuple[str, float, float]],
+    reference_period_s: float | None = None,
 ) -> list[PhaseResult]:
-    """One :class:`PhaseResult` per ``(name, start_s, end_s)`` span, in flight order."""
+    """One :class:`PhaseResult` per ``(name, start_s, end_s)`` span, in flight order;
+    ``reference_period_s``: period of the reference (None: a hover point)."""
     order = np.argsort(t_s, kind="stable")
     t_s, err_m = np.asarray(t_s)[order], np.asarray(err_m)[order]
     results = []
@@ -218,8 +185,15 @@ def phase_results(
         inside = (t_s >= start_s) & (t_s < end_s)
         t, e = t_s[inside], err_m[inside]
         rmse = float(np.sqrt(np.mean(np.square(e)))) if len(e) else None
-        recovery, steady, peak = recovery_time(t, e, start_s, end_s)
-        results.append(PhaseResult(name, start_s, end_s, rmse, recovery, steady, peak, len(e)))
+        rec = recovery(t, e, start_s, end_s, reference_period_s)
+        if rec is None:
+            results.append(PhaseResult(name, start_s, end_s, rmse, None, None, None, len(e)))
+            continue
+        results.append(
+            PhaseResult(
+                name, start_s, end_s, rmse, rec.recovery_s, rec.steady_m, rec.peak_m, len(e)
+            )
+        )
     return results
 
 
@@ -325,6 +299,7 @@ def build_report(
     updates: Sequence[ModelUpdate],
     extra: dict[str, Any] | None = None,
     recurring_phase: str = "wind_a",
+    reference_period_s: float | None = None,
 ) -> FlightReport:
     """Compute the report of one flight.
 
@@ -338,6 +313,8 @@ def build_report(
         updates: model updates of the flight.
         extra: further JSON-able entries (scenario, durations, counters ...).
         recurring_phase: phase whose repetition ``improvement`` compares.
+        reference_period_s: period of the flown reference (None: a hover point), for the
+            recovery times.
     """
     stamps, errors = tracking_error(
         series.truth_stamp_ns, series.truth_pos_m, series.tick_stamp_ns, series.reference_pos_m
@@ -345,7 +322,7 @@ def build_report(
     t_s = clock.to_scenario_s(stamps)
     duration_s = spans[-1][2] if spans else 0.0
     flying = (t_s >= 0) & (t_s <= duration_s)
-    phases = phase_results(t_s[flying], errors[flying], spans)
+    phases = phase_results(t_s[flying], errors[flying], spans, reference_period_s)
     flown = errors[flying]
     data: dict[str, Any] = {
         "phases": [p.as_json() for p in phases],
@@ -403,11 +380,15 @@ def write_json(report: FlightReport, path: Path) -> Path:
 
 def summary_table(data: dict[str, Any]) -> str:
     """The per-phase table and the headline figures, as plain text."""
-    lines = [f"{'phase':<10} {'start s':>8} {'end s':>8} {'RMSE m':>8} {'recovery s':>11}"]
+    lines = [
+        f"{'phase':<10} {'start s':>8} {'end s':>8} {'RMSE m':>8} {'recovery s':>11} "
+        f"{'settled m':>10}"
+    ]
     for p in data["phases"]:
         lines.append(
             f"{p['name']:<10} {p['start_s']:>8.1f} {p['end_s']:>8.1f} "
-            f"{_fmt(p['rmse_m'], 4):>8} {_fmt(p['recovery_s'], 2):>11}"
+            f"{_fmt(p['rmse_m'], 4):>8} {_fmt(p['recovery_s'], 2):>11} "
+            f"{_fmt(p.get('steady_rmse_m'), 4):>10}"
         )
     imp = data.get("improvement")
     if imp:
@@ -512,7 +493,7 @@ def _plot_error(ax: Any, report: FlightReport, colours: dict[str, Any]) -> None:
         ax.plot(report.error_t_s, report.error_m, lw=0.6, color="0.4", label="|p - p_ref|")
         ax.plot(
             report.error_t_s,
-            moving_rmse(report.error_t_s, report.error_m, RECOVERY_WINDOW_S),
+            moving_rmse(report.error_t_s, report.error_m, WINDOW_S),
             lw=1.4,
             color="C3",
             label="1-s moving RMSE",

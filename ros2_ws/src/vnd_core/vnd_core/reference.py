@@ -35,6 +35,10 @@ class ReferenceSpec:
         if not self.period_s > 0:
             raise ValueError(f"period_s must be > 0, got {self.period_s}")
 
+    def repeat_period_s(self) -> float | None:
+        """Time after which the reference repeats itself (None: a fixed hover point)."""
+        return None if self.kind == "hover" else self.period_s
+
     def peak_speed_mps(self) -> float:
         """Highest speed along the trajectory."""
         omega = 2.0 * math.pi / self.period_s

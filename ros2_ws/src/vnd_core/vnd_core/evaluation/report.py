@@ -1,12 +1,10 @@
 """Figures of ``vnd eval``: per-run metrics, aggregation over seeds, results.json / results.md and
 plots (error over time with update markers; 2-D PCA of latents coloured by the true condition).
 
-Recovery time (also written into results.md): for every phase that starts after t = 0 (a
-condition appears or re-appears), the method's *steady level* S in that phase is the RMSE of
-its position error over the last third of the phase (at least 1 s). The *moving RMSE* m(t) is
-the RMSE over the ticks in (t - 1 s, t] that belong to the phase (so the previous phase never
-leaks in; at least 0.2 s of ticks, hence 0.2 s is the smallest possible value). The recovery
-time is the first t - onset at which m(t) <= 1.2 S and stays so for the next 0.5 s. A phase
+Recovery time (also written into results.md): :mod:`vnd_core.recovery`, the definition the
+``vnd fly`` report uses, for every phase that starts after t = 0 (a condition appears or
+re-appears): the time from the onset until the 1-s moving RMSE is back within 1.2x (+ 1 cm) of
+the phase's steady level at the same point of the reference and stays there for 0.5 s. A phase
 where that never happens counts as its full length (a lower bound) and is reported as censored.
 """
 
@@ -23,54 +21,34 @@ import torch
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.continual_loop import RunResult
 from vnd_core.learner import to_segments
+from vnd_core.recovery import moving_rmse, recovery
 from vnd_core.scenario import Scenario
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.metrics import latent_knn_accuracy, open_loop_errors
 
-RECOVERY_FACTOR = 1.2  # "back within 1.2x of the steady level"
-MOVING_WINDOW_S = 1.0  # length of the moving RMSE window
-MIN_WINDOW_S = 0.2  # fewest seconds of in-phase ticks a moving RMSE is computed over
-HOLD_S = 0.5  # the moving RMSE must stay within the band this long
-STEADY_FRACTION = 1.0 / 3.0  # last fraction of a phase that defines its steady level
 METHOD_ORDER = ("base", "dr", "refit", "vnd", "oracle")
 
 
 def recovery_times(time_s: np.ndarray, error_m: np.ndarray, scenario: Scenario) -> list[dict]:
     """Recovery of every phase onset after t = 0 (see the module docstring), in order: dicts of
-    phase, onset_s, steady_m, phase_rmse_m (RMSE over the whole phase), recovery_s (censored
-    values are the phase length), censored."""
-    dt = CONTROL_PERIOD_S
+    phase, onset_s, steady_m (RMSE over the phase's second half), phase_rmse_m (RMSE over the
+    whole phase), recovery_s (censored values are the phase length), censored."""
+    period_s = scenario.reference.repeat_period_s()
     out = []
     for name, begin_s, end_s in scenario.phase_spans()[1:]:
         in_phase = (time_s > begin_s + 1e-9) & (time_s <= end_s + 1e-9)
-        idx = np.flatnonzero(in_phase)
-        if len(idx) == 0:
+        t, err = time_s[in_phase], error_m[in_phase]
+        rec = recovery(t, err, begin_s, end_s, period_s)
+        if rec is None:
             continue
-        err = error_m[idx]
-        steady_n = max(round(1.0 / dt), round(len(idx) * STEADY_FRACTION))
-        steady = float(np.sqrt(np.mean(err[-steady_n:] ** 2)))
-        window, first = round(MOVING_WINDOW_S / dt), round(MIN_WINDOW_S / dt)
-        csum = np.concatenate([[0.0], np.cumsum(err**2)])
-        ends = np.arange(first, len(idx) + 1)
-        starts = np.maximum(ends - window, 0)
-        moving = np.sqrt((csum[ends] - csum[starts]) / (ends - starts))
-        inside = moving <= RECOVERY_FACTOR * steady
-        hold = round(HOLD_S / dt)
-        recovered_at = None
-        for k in np.flatnonzero(inside):
-            if inside[k : k + hold + 1].all():
-                recovered_at = k
-                break
-        censored = recovered_at is None
-        recovery = (end_s - begin_s) if censored else float(ends[recovered_at] * dt)
         out.append(
             {
                 "phase": name,
                 "onset_s": float(begin_s),
-                "steady_m": steady,
+                "steady_m": rec.steady_m,
                 "phase_rmse_m": float(np.sqrt(np.mean(err**2))),
-                "recovery_s": recovery,
-                "censored": censored,
+                "recovery_s": rec.recovery_s,
+                "censored": rec.censored,
             }
         )
     return out
@@ -227,7 +205,7 @@ def plot_errors(out_path: Path, runs: dict[tuple[str, str], RunResult], scenario
             run = runs.get((method, scenario.name))
             if run is None:
                 continue
-            moving = _moving_rmse(run.error_m)
+            moving = moving_rmse(run.time_s, run.error_m)
             colour = colours[method]
             ax.plot(run.time_s, moving * 100.0, color=colour, lw=1.0, label=method)
             for u in run.updates:
@@ -286,15 +264,6 @@ def pca_2d(z: np.ndarray) -> np.ndarray:
     if basis.shape[1] < 2:
         basis = np.pad(basis, ((0, 0), (0, 2 - basis.shape[1])))
     return centred @ basis
-
-
-def _moving_rmse(error_m: np.ndarray) -> np.ndarray:
-    """Trailing 1 s RMSE at every tick (shorter windows at the start)."""
-    window = round(MOVING_WINDOW_S / CONTROL_PERIOD_S)
-    csum = np.concatenate([[0.0], np.cumsum(error_m**2)])
-    ends = np.arange(1, len(error_m) + 1)
-    starts = np.maximum(ends - window, 0)
-    return np.sqrt((csum[ends] - csum[starts]) / (ends - starts))
 
 
 def json_safe(value):

@@ -459,7 +459,7 @@ def write_report(run_dir: Path) -> str:
     meta = json.loads((run_dir / META_FILE).read_text())
     inputs = read_flight(run_dir / "bag", meta["vehicle"])
     clock = fr.ScenarioClock(inputs.clock_points, meta["real_time_factor"])
-    spans = _phase_spans(meta)
+    spans, period_s = _scenario_timing(meta)
     latency_ms, method, latency_extra = _latency(run_dir / LATENCY_FILE, inputs, clock, spans)
     updates = _model_updates(run_dir / "learner" / "bundles" / "index.json", inputs, clock)
     extra = {
@@ -490,6 +490,7 @@ def write_report(run_dir: Path) -> str:
         missed_ticks=inputs.policy_missed_ticks,
         updates=updates,
         extra=extra,
+        reference_period_s=period_s,
     )
     title = f"vnd fly: {meta['scenario']} ({run_dir.name})"
     fr.write_json(report, run_dir / "report.json")
@@ -606,10 +607,12 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
     )
 
 
-def _phase_spans(meta: dict) -> list[tuple[str, float, float]]:
+def _scenario_timing(meta: dict) -> tuple[list[tuple[str, float, float]], float | None]:
+    """The flown scenario's phase spans and its reference's repeat period (None: hover)."""
     from vnd_core.scenario import load_scenario
 
-    return load_scenario(meta["scenario_arg"]).phase_spans()
+    scenario = load_scenario(meta["scenario_arg"])
+    return scenario.phase_spans(), scenario.reference.repeat_period_s()
 
 
 def _latency(
