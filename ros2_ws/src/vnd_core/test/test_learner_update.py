@@ -12,7 +12,7 @@ from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
 from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
-from vnd_core.learner.continual import ContinualLearner, LearnerConfig
+from vnd_core.learner.continual import ContinualLearner, LearnerConfig, _ticks_in_long_runs
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import (
@@ -78,6 +78,32 @@ def test_update_decision_needs_new_data_and_time():
     learner.update()
     assert not learner.should_update(100.5)  # no new data, too early
     assert learner.ingest(records) == 0  # nothing new either
+
+
+def test_an_update_waits_for_flight_the_prior_does_not_explain():
+    records = windy_records()
+    config = dataclasses.replace(TINY, min_unexplained_ticks=100)
+    learner = ContinualLearner(VEHICLE, config, base_bundle())
+    learner.ingest(records.take(records.condition == "calm"))
+    assert learner.ticks_stored == 150 and learner.unexplained_new_ticks() == 0
+    assert not learner.should_update(100.0)  # data and time enough, but the prior explains it
+    learner.ingest(records.take(records.condition == "wind"))  # 2 N the prior does not know
+    # every window of the run is unexplained: 147 transitions (action delay 2), context 20
+    assert learner.unexplained_new_ticks() == (150 - 1 - 2) - 20 + 1
+    assert learner.should_update(100.0)
+    learner.update()
+    later = records.take(records.condition == "calm")
+    later.stamp_ns = later.stamp_ns + 10 * 10**9
+    assert learner.ingest(later) == 150
+    assert learner.unexplained_new_ticks() == 0  # the wind is no longer new
+    assert not learner.should_update(200.0)
+
+
+def test_unexplained_windows_count_only_in_long_runs():
+    flags = np.array([1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1], dtype=bool)
+    assert _ticks_in_long_runs(flags, 3) == 3 + 4
+    assert _ticks_in_long_runs(flags, 5) == 0
+    assert _ticks_in_long_runs(np.zeros(0, dtype=bool), 1) == 0
 
 
 def test_first_update_creates_the_model_and_emits_the_next_version():
