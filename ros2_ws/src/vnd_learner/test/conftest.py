@@ -233,6 +233,7 @@ TINY_LEARNER = {
     "min_new_ticks": 100,
     "min_interval_s": 0.0,
     "min_windows": 16,
+    "min_unexplained_ticks": 0,  # update on the calm test flights too
     "fit": {"steps": 20, "batch_size": 32, "log_every": 5},
     "trainer": {"num_envs": 16, "horizon_ticks": 8, "episode_ticks": 40, "iterations": 3},
     "validation": {
