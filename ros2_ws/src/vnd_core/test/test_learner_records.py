@@ -11,8 +11,8 @@ from vnd_core.learner.records import (
     records_from_arrays,
 )
 from vnd_core.learner.replay import ReplayBuffer
-from vnd_core.learner.segmenter import split_runs, to_segments
-from vnd_core.state import hover_state
+from vnd_core.learner.segmenter import position_slope_velocity, split_runs, to_segments
+from vnd_core.state import POS, VEL, hover_state
 
 PERIOD_S = 0.02
 PERIOD_NS = 20_000_000
@@ -71,6 +71,34 @@ def test_segments_carry_condition_labels():
     assert [len(s.states) for s in segments] == [6, 4]
     assert label_ids == {"calm": 0, "wind": 1}
     assert list(segments[1].labels) == [1] * 4
+
+
+def test_position_slope_velocity_is_exact_for_constant_acceleration_and_cuts_noise():
+    rng = np.random.default_rng(0)
+    stamps = np.arange(200) * PERIOD_NS + rng.integers(-3_000_000, 3_000_000, 200)  # jitter
+    t = stamps * 1e-9
+    accel = np.array([1.3, -0.7, 0.2])
+    position = 0.5 * t[:, None] ** 2 * accel + np.array([0.4, 0.0, -0.2]) * t[:, None]
+    truth = t[:, None] * accel + np.array([0.4, 0.0, -0.2])
+    recorded = truth + 0.04 * rng.standard_normal((200, 3))  # a pose filter's noisy velocity
+    slope = position_slope_velocity(stamps, position, recorded, 4)
+    assert np.abs(slope[4:-4] - truth[4:-4]).max() < 1e-9  # centred: no lag, no bias
+    assert np.array_equal(slope[:4], recorded[:4]) and np.array_equal(slope[-4:], recorded[-4:])
+    noisy = position + 0.001 * rng.standard_normal((200, 3))  # 1 mm position noise
+    error = position_slope_velocity(stamps, noisy, recorded, 4)[4:-4] - truth[4:-4]
+    assert 0.003 < np.sqrt(np.mean(error**2)) < 0.012  # about 7 mm/s, against 40 mm/s
+    assert np.array_equal(position_slope_velocity(stamps[:8], position[:8], recorded[:8], 4),
+                          recorded[:8])  # fmt: skip
+
+
+def test_segments_can_carry_position_slope_velocities():
+    records = hover_records(30)
+    records.state[:, POS.start] = 0.3 * records.stamp_ns * 1e-9  # 0.3 m/s along x
+    (plain,) = to_segments(records, PERIOD_S, 1.5)
+    (sloped,) = to_segments(records, PERIOD_S, 1.5, velocity_half_window=4)
+    assert np.allclose(plain.states[:, VEL], 0.0)  # as recorded
+    assert np.allclose(sloped.states[4:-4, VEL.start], 0.3)
+    assert np.allclose(records.state[:, VEL], 0.0)  # the records themselves are unchanged
 
 
 def test_replay_deduplicates_by_stamp_and_sorts():

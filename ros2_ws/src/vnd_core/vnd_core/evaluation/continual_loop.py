@@ -214,7 +214,12 @@ class RefitMethod(Method):
         self.last_update_s, self.new_ticks = self.now_s, 0
         self.version += 1
         c = self.learner_config
-        segments = to_segments(TickRecords.concat(self.records), c.control_period_s, c.gap_factor)
+        segments = to_segments(
+            TickRecords.concat(self.records),
+            c.control_period_s,
+            c.gap_factor,
+            velocity_half_window=c.velocity_half_window,  # the same data path as the learner
+        )
         dataset = TransitionDataset(
             self.model.prior, segments, self.model.config.action_delay_ticks
         )

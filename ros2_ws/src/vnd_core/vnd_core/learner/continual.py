@@ -74,6 +74,7 @@ class LearnerConfig:
 
     control_period_s: float = CONTROL_PERIOD_S  # nominal period of the tick stream
     gap_factor: float = 1.5  # a stamp step above this many periods breaks a segment (1 to 2)
+    velocity_half_window: int = 4  # learn from position-slope velocities over +-this many ticks
     capacity_ticks: int = 30_000  # replay capacity (10 min at 50 Hz)
     chunk_ticks: int = 50  # eviction granularity (1 s)
     eviction_clusters: int = 6  # k of the k-means partition the eviction balances
@@ -104,6 +105,8 @@ class LearnerConfig:
         for name in ("min_new_ticks", "min_windows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.velocity_half_window < 0:
+            raise ValueError(f"velocity_half_window must be >= 0, got {self.velocity_half_window}")
         if self.min_unexplained_ticks < 0:
             n = self.min_unexplained_ticks
             raise ValueError(f"min_unexplained_ticks must be >= 0, got {n}")
@@ -298,7 +301,12 @@ class ContinualLearner:
             c = self._model_config().context_len
             dataset = TransitionDataset(
                 prior,
-                to_segments(new, self.config.control_period_s, self.config.gap_factor),
+                to_segments(
+                    new,
+                    self.config.control_period_s,
+                    self.config.gap_factor,
+                    velocity_half_window=self.config.velocity_half_window,
+                ),
                 self._model_config().action_delay_ticks,
             )
             starts = dataset.window_starts(c, 0)
@@ -428,6 +436,7 @@ class ContinualLearner:
             self.config.control_period_s,
             self.config.gap_factor,
             self.label_ids,
+            velocity_half_window=self.config.velocity_half_window,
         )
         delay = self._model_config().action_delay_ticks
         return TransitionDataset(prior, segments, delay)
