@@ -99,6 +99,8 @@ def test_segments_can_carry_position_slope_velocities():
     assert np.allclose(plain.states[:, VEL], 0.0)  # as recorded
     assert np.allclose(sloped.states[4:-4, VEL.start], 0.3)
     assert np.allclose(records.state[:, VEL], 0.0)  # the records themselves are unchanged
+    assert np.array_equal(sloped.context_states, records.state)  # what the encoder reads
+    assert plain.context_states is None
 
 
 def test_replay_deduplicates_by_stamp_and_sorts():

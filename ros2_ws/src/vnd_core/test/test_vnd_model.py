@@ -148,6 +148,26 @@ def test_gather_aligns_context_targets_and_states(model, windy):
     assert torch.equal(batch.targets[:, 0], rows["targets"][first])
 
 
+def test_context_windows_read_the_context_states_and_targets_the_states(model, windy):
+    segment = two_condition_segments(model.prior, (1.0, 0, 0), (0, -1.0, 0), 1, 60, seed=2)[0]
+    seen = torch.as_tensor(segment.states).clone()
+    generator = torch.Generator().manual_seed(0)
+    seen[:, 7:10] += 0.05 * torch.randn(seen.shape[0], 3, generator=generator)  # velocity noise
+    clean = TransitionDataset(model.prior, [segment])
+    two_views = TransitionDataset(
+        model.prior, [Segment(segment.states, segment.actions, segment.labels, seen)]
+    )
+    noisy = TransitionDataset(model.prior, [Segment(seen, segment.actions, segment.labels)])
+    starts = clean.window_starts(model.context_len, 4)[:6]
+    batch = two_views.gather(starts, model.context_len, 4)
+    assert torch.equal(batch.context, noisy.context(starts, model.context_len))
+    expected = clean.gather(starts, model.context_len, 4)
+    for field in ("inputs", "targets", "states"):
+        assert torch.equal(getattr(batch, field), getattr(expected, field))
+    with pytest.raises(ValueError, match="context_states must match"):
+        TransitionDataset(model.prior, [Segment(segment.states, segment.actions, None, seen[1:])])
+
+
 def test_bad_segments_are_rejected_with_a_reason(model):
     states = hover_state((10,))
     with pytest.raises(ValueError, match="needs at least 9"):

@@ -52,7 +52,8 @@ def to_segments(
 
     ``label_ids`` maps condition names to integer labels (unknown names get new ids, added to
     the dict); without condition data, labels are NO_LABEL. ``velocity_half_window`` > 0
-    replaces each run's velocities by :func:`position_slope_velocity` (0: as recorded).
+    replaces each run's velocities by :func:`position_slope_velocity` (0: as recorded); the
+    recorded states stay the segment's ``context_states``, what the encoder reads in flight.
     """
     segments = []
     for run in split_runs(records.stamp_ns, records.mode, period_s, gap_factor):
@@ -63,13 +64,15 @@ def to_segments(
             labels = np.array([_label_id(str(c), label_ids) for c in records.condition[run]])
         elif records.condition is not None:
             labels = np.full(run.stop - run.start, NO_LABEL)
-        state = records.state[run]
+        recorded = records.state[run]
         if velocity_half_window > 0:
-            state = state.copy()
+            state = recorded.copy()
             state[:, VEL] = position_slope_velocity(
                 records.stamp_ns[run], state[:, POS], state[:, VEL], velocity_half_window
             )
-        segments.append(Segment(state, records.action[run], labels))
+            segments.append(Segment(state, records.action[run], labels, recorded))
+        else:
+            segments.append(Segment(recorded, records.action[run], labels))
     return segments
 
 

@@ -15,6 +15,12 @@ each transition with the action issued d ticks before it (the first d states of 
 their transition). The model records d in its architecture so the deployed encoder and the
 policy trainer's command delay can use the same alignment.
 
+Two views of the states. The residual learns from the best estimate of the state there is; the
+encoder must learn from what it will read in flight. A segment may therefore carry
+``context_states`` (as the pose filter gave them) beside ``states`` (e.g. the learner's
+position-slope velocities, :mod:`vnd_core.learner.segmenter`): context windows are built from
+the former, residual inputs and targets from the latter. Without them both are ``states``.
+
 Everything that depends only on the data and on the fixed prior (dynamics inputs, prior errors)
 is computed once when a segment is added, so a fit step only gathers rows.
 """
@@ -39,19 +45,21 @@ class Segment:
     """One contiguous run of ticks at the control rate.
 
     ``states`` (N, 13), ``actions`` (N-1, 4) or (N, 4), ``labels`` (N,) integer condition ids
-    (evaluation only; NO_LABEL where unknown) or None.
+    (evaluation only; NO_LABEL where unknown) or None, ``context_states`` (N, 13) the states
+    the deployed encoder reads for the same ticks, or None (= ``states``).
     """
 
     states: torch.Tensor | np.ndarray
     actions: torch.Tensor | np.ndarray
     labels: torch.Tensor | np.ndarray | None = None
+    context_states: torch.Tensor | np.ndarray | None = None
 
 
 @dataclass
 class WindowBatch:
     """Gathered windows (B of them); see the module docstring for the alignment."""
 
-    context: torch.Tensor  # (B, C, 28) raw context features
+    context: torch.Tensor  # (B, C, 28) raw context features (of the context states)
     inputs: torch.Tensor  # (B, K, 16) dynamics inputs of the K target transitions
     targets: torch.Tensor  # (B, K, 12) prior errors (residual targets) of those transitions
     states: torch.Tensor  # (B, K+1, 13) observed states s_{g+C}..s_{g+C+K}
@@ -78,7 +86,17 @@ class TransitionDataset:
         self.prior = prior
         self.action_delay_ticks = action_delay_ticks  # see the module docstring
         self._parts: dict[str, list[torch.Tensor]] = {
-            k: [] for k in ("state", "action", "next", "inputs", "targets", "labels")
+            k: []
+            for k in (
+                "state",
+                "action",
+                "next",
+                "inputs",
+                "targets",
+                "context_inputs",
+                "context_targets",
+                "labels",
+            )
         }
         self._segment_lengths: list[int] = []
         self._cache: dict[str, torch.Tensor] | None = None
@@ -107,8 +125,24 @@ class TransitionDataset:
         states, labels, actions = states[delay:], labels[delay:], actions[:n]
         with torch.no_grad():
             current, following = states[:-1], states[1:]
-            self._parts["inputs"].append(dynamics_input(current, actions))
-            self._parts["targets"].append(prior_error(self.prior, current, actions, following))
+            inputs = dynamics_input(current, actions)
+            targets = prior_error(self.prior, current, actions, following)
+            if segment.context_states is not None:
+                seen = torch.as_tensor(segment.context_states, dtype=torch.float32)
+                if seen.shape != (states.shape[0] + delay, STATE_DIM):
+                    raise ValueError(
+                        f"context_states must match states {(states.shape[0] + delay, STATE_DIM)}"
+                        f", got {tuple(seen.shape)}"
+                    )
+                seen = seen[delay:]
+                context_inputs = dynamics_input(seen[:-1], actions)
+                context_targets = prior_error(self.prior, seen[:-1], actions, seen[1:])
+            else:
+                context_inputs, context_targets = inputs, targets
+        self._parts["inputs"].append(inputs)
+        self._parts["targets"].append(targets)
+        self._parts["context_inputs"].append(context_inputs)
+        self._parts["context_targets"].append(context_targets)
         self._parts["state"].append(current)
         self._parts["action"].append(actions)
         self._parts["next"].append(following)
@@ -186,7 +220,7 @@ class TransitionDataset:
         """Raw context features (B, C, 28) of the windows starting at ``starts`` (B,)."""
         rows = self.tensors()
         index = starts[:, None] + torch.arange(context_len)
-        return torch.cat([rows["inputs"][index], rows["targets"][index]], dim=-1)
+        return torch.cat([rows["context_inputs"][index], rows["context_targets"][index]], dim=-1)
 
     def gather(self, starts: torch.Tensor, context_len: int, horizon: int) -> WindowBatch:
         """Windows starting at ``starts`` (B,) with ``context_len`` context transitions and

@@ -250,9 +250,12 @@ class VNDModel(nn.Module):
         )
         self.residual.input_normalizer.set_stats(inputs.mean(dim=0), input_std)
         self.residual.target_std.copy_(target_std)
+        # the encoder reads the context view of the states (data.py: "Two views")
+        seen = torch.cat([rows["context_inputs"], rows["context_targets"]], dim=-1)
+        seen_std = seen.std(dim=0) if len(seen) > 1 else torch.ones(seen.shape[-1])
         self.encoder.normalizer.set_stats(
-            torch.cat([inputs.mean(dim=0), targets.mean(dim=0)]),
-            torch.cat([input_std, target_std]),
+            seen.mean(dim=0),
+            torch.maximum(seen_std, torch.cat([input_std, target_std])),
             min_std=0.0,
         )
         self.normalizers_fitted.fill_(True)
