@@ -11,11 +11,12 @@ Definitions (also written into report.md):
   policy used that tick (Transition.reference) and ``p_true`` the simulator's true position at
   the tick's odometry stamp (sim/truth carries the same stamps as the mocap samples).
 - Phase RMSE: root mean square of the per-tick error over the phase's scenario-time span.
-- Recovery time: :mod:`vnd_core.recovery` (shared with ``vnd eval``): time from the phase
-  start until the 1-s moving RMSE is back within 1.2x (+ 1 cm) of the phase's steady level at
-  the same point of the reference (the steady level is a profile over the reference period:
-  under wind the settled error swings with the point of the figure-eight); 0 when it never
-  leaves that band in the first half of the phase.
+- Recovery time (:mod:`vnd_core.recovery`, shared with ``vnd eval``): the steady level is the
+  error of the phase's second half as a profile over the reference period (under wind the
+  settled error swings with the point of the figure-eight); recovery = time from the phase
+  start until the 1-s moving RMSE is back within 1.2x + 1 cm of that level at the same point
+  of the reference and stays there for 0.5 s; 0 when it never leaves that band in the first
+  half of the phase. ``settled m``: the RMSE over the phase's second half.
 - Control latency: per control tick of the scenario, publication of the odometry sample ->
   publication of the command answering it (DDS source timestamps of the pose filter's and the
   policy's writers, one host clock): odometry arrival -> command out, the control path. The
