@@ -187,14 +187,8 @@ def phase_results(
         t, e = t_s[inside], err_m[inside]
         rmse = float(np.sqrt(np.mean(np.square(e)))) if len(e) else None
         rec = recovery(t, e, start_s, end_s, reference_period_s)
-        if rec is None:
-            results.append(PhaseResult(name, start_s, end_s, rmse, None, None, None, len(e)))
-            continue
-        results.append(
-            PhaseResult(
-                name, start_s, end_s, rmse, rec.recovery_s, rec.steady_m, rec.peak_m, len(e)
-            )
-        )
+        figures = (rec.recovery_s, rec.steady_m, rec.peak_m) if rec else (None, None, None)
+        results.append(PhaseResult(name, start_s, end_s, rmse, *figures, len(e)))
     return results
 
 

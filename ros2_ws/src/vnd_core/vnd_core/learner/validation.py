@@ -124,6 +124,13 @@ def hover_deviation_m(policy: PolicyNet, vehicle: VehicleParams, ticks: int) -> 
     return worst
 
 
+def window_prior_accel(context: torch.Tensor, dt_s: float) -> torch.Tensor:
+    """Mean prior velocity error of each context window (B, C, 28) as an acceleration (B,)
+    [m/s^2]: measurement noise averages out over the window, a force does not."""
+    velocity_error = context[..., INPUT_DIM + RES_VEL.start : INPUT_DIM + RES_VEL.stop]
+    return velocity_error.mean(dim=1).norm(dim=-1) / dt_s
+
+
 @dataclass
 class EvalSet:
     """Shared conditions of the learned-model cost check (identical for both policies)."""
@@ -169,10 +176,7 @@ def make_eval_set(
     with torch.no_grad():
         context = dataset.context(pick, model.context_len)  # (R, C, 28) raw features
         z_model = model.encoder(context)
-        # mean prior velocity error of the window (noise averages out, a force does not)
-        velocity_error = context[..., INPUT_DIM + RES_VEL.start : INPUT_DIM + RES_VEL.stop]
-        accel = velocity_error.mean(dim=1).norm(dim=-1) / model.prior.config.dt_s
-        calm = accel <= config.calm_accel_mps2
+        calm = window_prior_accel(context, model.prior.config.dt_s) <= config.calm_accel_mps2
         if active_model is not None:
             # The window ends at the same transition for both encoders (context lengths may
             # differ, a shorter one reads only the most recent part).
