@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from vnd_core.learner.novelty import focus_weights
 from vnd_core.learner.policy_update import (
     TrustRegion,
     anchored_dynamics,
@@ -166,3 +167,17 @@ def test_latent_pathway_only_keeps_the_z_zero_policy():
         if name != "net.0.weight":
             assert torch.equal(value, before[name]), name
     assert all(p.requires_grad for p in policy.parameters())  # training mode restored
+
+
+def test_pool_weights_steer_which_replay_latents_are_drawn():
+    pool = torch.cat([torch.zeros(90, 2), torch.full((10, 2), 5.0)])  # rare condition: z = 5
+    weights = focus_weights(torch.arange(100) >= 90, 0.5)
+    assert float(weights.sum()) == pytest.approx(1.0)
+    z = anchored_latent(2, 0.0, pool, 1.0, weights)(4000, torch.Generator().manual_seed(0))
+    rare = float((z[:, 0] > 2.5).float().mean())
+    assert 0.45 < rare < 0.55  # half the draws, though a tenth of the pool
+    uniform = anchored_latent(2, 0.0, pool, 1.0)(4000, torch.Generator().manual_seed(0))
+    assert float((uniform[:, 0] > 2.5).float().mean()) < 0.15
+    assert torch.equal(focus_weights(torch.zeros(4, dtype=torch.bool), 0.5), torch.full((4,), 0.25))
+    with pytest.raises(ValueError, match="one weight per pool row"):
+        anchored_latent(2, 0.0, pool, 1.0, torch.ones(3))

@@ -13,6 +13,7 @@ from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
 from vnd_core.learner.continual import ContinualLearner, LearnerConfig, _ticks_in_long_runs
+from vnd_core.learner.novelty import UnexplainedCounter
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import (
@@ -97,6 +98,50 @@ def test_an_update_waits_for_flight_the_prior_does_not_explain():
     assert learner.ingest(later) == 150
     assert learner.unexplained_new_ticks() == 0  # the wind is no longer new
     assert not learner.should_update(200.0)
+
+
+def constant_force_model(records: TickRecords) -> VNDModel:
+    """A model whose residual is the mean prior velocity error of ``records``, whatever z."""
+    model = VNDModel(VEHICLE, VNDModelConfig(latent_dim=4))
+    dataset = TransitionDataset(model.prior, to_segments(records, PERIOD_S), 2)
+    mean_error = dataset.tensors()["targets"].mean(dim=0)
+    with torch.no_grad():
+        model.residual.head[-1].weight.zero_()
+        model.residual.head[-1].bias.copy_(mean_error / model.residual.target_std)
+    return model
+
+
+def judged(model: VNDModel | None, records: TickRecords, chunk_ticks: int) -> np.ndarray:
+    """Unexplained flags of the windows of ``records``, fed to the counter ``chunk_ticks`` at a
+    time (as a replay grows)."""
+    counter = UnexplainedCounter(
+        model, NominalModel(VEHICLE), -1, 20, 2, PERIOD_S, 1.5, threshold_mps2=0.5
+    )
+    for stop in range(chunk_ticks, len(records) + chunk_ticks, chunk_ticks):
+        counter.update(records.take(np.arange(len(records)) < stop))
+    return counter.flags
+
+
+def test_windows_are_unexplained_against_the_active_model_not_the_prior():
+    records = windy_records()
+    wind = records.take(records.condition == "wind")
+    calm = records.take(records.condition == "calm")
+    windows = (150 - 1 - 2) - 20 + 1  # 147 transitions (action delay 2), context 20
+    # the prior explains calm flight, not a 2 N force
+    assert judged(None, calm, 150).sum() == 0
+    assert judged(None, wind, 150).sum() == windows
+    # a model that has learned the force explains the wind, and not calm flight any more
+    learned = constant_force_model(wind)
+    assert judged(learned, wind, 150).sum() == 0
+    assert judged(learned, calm, 150).sum() == windows
+
+
+def test_unexplained_windows_are_judged_once_as_the_replay_grows():
+    records = windy_records()  # wind, then 2 s later calm: two runs
+    at_once = judged(None, records, len(records))
+    assert len(at_once) == 2 * 128 and at_once[:128].all() and not at_once[128:].any()
+    for chunk in (1, 7, 30, 149):
+        np.testing.assert_array_equal(judged(None, records, chunk), at_once)
 
 
 def test_unexplained_windows_count_only_in_long_runs():

@@ -17,7 +17,7 @@ from vnd_core.vnd import (
     latent_knn_accuracy,
     open_loop_errors,
 )
-from vnd_core.vnd.synthetic import two_condition_segments
+from vnd_core.vnd.synthetic import simulate_with_forces, two_condition_segments
 
 torch.set_num_threads(1)
 
@@ -140,3 +140,35 @@ def test_a_fit_without_latent_trains_only_the_residual(vehicle, held_out):
     assert all(
         torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True)
     )
+
+
+def test_a_focused_fit_learns_a_rare_condition_sooner(vehicle):
+    """One segment of a 1.2 N push among 19 calm ones: with half of every batch drawn from
+    the marked (pushed) windows, the same short fit explains the push far better (seeds 0-3:
+    3 to 30 times lower error)."""
+    prior = VNDModel(vehicle).prior
+    forces = torch.tensor([[0.0, 0.0, 0.0]] * 19 + [[0.0, 1.2, 0.0]])
+    segments = simulate_with_forces(prior, forces, 100, torch.Generator().manual_seed(3))
+    dataset = TransitionDataset(prior, segments)
+    config = FitConfig(steps=80, batch_size=32, horizon=4, log_every=10, seed=0)
+    pushed = torch.zeros(len(dataset.window_starts(8, 4)), dtype=torch.bool)
+    pushed[-(100 - 1 - 8 - 4 + 1) :] = True  # the windows of the last segment
+
+    def pushed_error(focus):
+        torch.manual_seed(0)
+        model = VNDModel(vehicle, VNDModelConfig(context_len=8, action_delay_ticks=0))
+        fit_vnd(model, dataset, config, focus=focus)
+        starts = dataset.window_starts(8, 4)[pushed]
+        batch = dataset.gather(starts, 8, 4)
+        with torch.no_grad():
+            z = model.encoder(batch.context)
+            predicted = model.residual(batch.inputs, z[:, None, :])
+        return float((predicted - batch.targets)[..., 6:9].square().mean())
+
+    assert pushed_error(pushed) < 0.5 * pushed_error(None)
+
+
+def test_a_focus_must_mark_every_window(vehicle, held_out):
+    model = VNDModel(vehicle, VNDModelConfig(action_delay_ticks=0))
+    with pytest.raises(ValueError, match="focus must mark each of the"):
+        fit_vnd(model, held_out, FitConfig.quick(), focus=torch.ones(3, dtype=torch.bool))

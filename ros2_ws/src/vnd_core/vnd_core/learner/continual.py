@@ -29,6 +29,11 @@ import torch
 
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
+from vnd_core.learner.novelty import (
+    UnexplainedCounter,
+    focus_weights,
+    window_unexplained_accel,
+)
 from vnd_core.learner.policy_update import (
     TrustRegion,
     anchored_dynamics,
@@ -47,7 +52,6 @@ from vnd_core.learner.validation import (
     model_rollout_cost,
     model_worse_than_prior,
     non_finite_tensor,
-    window_prior_accel,
 )
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, TrainerConfig
@@ -86,6 +90,9 @@ class LearnerConfig:
     # new ticks whose window the prior does not explain (mean prior velocity error above the
     # calm gate's calm_accel_mps2) needed before an update; 0: any new data will do
     min_unexplained_ticks: int = 0
+    # share of each fit batch drawn from the windows the active model does not explain (a new
+    # condition gets a fair share of a short fit however little of the replay it is yet)
+    focus_fraction: float = 0.5
     model: VNDModelConfig = field(default_factory=VNDModelConfig)  # architecture of a new model
     fit: FitConfig = field(default_factory=FitConfig)  # model fit per update
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # policy training per update
@@ -111,6 +118,8 @@ class LearnerConfig:
         if self.min_unexplained_ticks < 0:
             n = self.min_unexplained_ticks
             raise ValueError(f"min_unexplained_ticks must be >= 0, got {n}")
+        if not 0.0 <= self.focus_fraction <= 1.0:
+            raise ValueError(f"focus_fraction must be within [0, 1], got {self.focus_fraction}")
         if self.min_interval_s < 0 or not 0 <= self.eviction_slack < 0.5:
             raise ValueError("min_interval_s must be >= 0 and eviction_slack within [0, 0.5)")
         self.fit.validate()
@@ -136,17 +145,19 @@ class LearnerConfig:
 
     @classmethod
     def standard(cls, **overrides) -> LearnerConfig:
-        """The flight default (``make demo``, the launch files): an update in about half a
-        minute of one niced core, so a condition met for 20 s is learned while it lasts. An
-        update waits for 5 s of flight the prior does not explain: on calm data it has nothing
-        to learn, could only lose calm tracking, and would hold the core for its whole cycle
-        when a new condition begins."""
+        """The flight default (``make demo``, the launch files): an update in about 30 s of an
+        idle core (about 55 s beside the 2-core demo stack). An update waits for 5 s of flight
+        the active model does not explain: on data it explains it has nothing to learn, could
+        only lose calm tracking, and would hold the core for its whole cycle when a new
+        condition begins."""
         base = {
             "capacity_ticks": 15_000,
             "min_new_ticks": 400,
             "min_interval_s": 8.0,
             "min_unexplained_ticks": 250,
-            "fit": FitConfig(steps=200, batch_size=64),
+            # 200 steps learned a first wind but left a second one merged with calm flight in
+            # the latent; 400 with the focus on unexplained windows learn it from 10 s of data
+            "fit": FitConfig(steps=400, batch_size=64),
             "trainer": TrainerConfig(
                 num_envs=128,
                 horizon_ticks=32,
@@ -221,6 +232,7 @@ class ContinualLearner:
         self._now_s = 0.0
         self._new_since_ns = -1  # ticks stamped after this are new (set when an update starts)
         self._unexplained = (-1, 0)  # (ticks stored when counted, unexplained new ticks)
+        self._novelty: UnexplainedCounter | None = None  # judges the new ticks' windows
         # Fault-injection seam: called on the trained candidate policy before validation.
         self.candidate_hook: Callable[[PolicyNet], None] | None = None
         # The first optimiser built in a process imports torch's compiler stack (seconds);
@@ -285,31 +297,30 @@ class ContinualLearner:
 
     def unexplained_new_ticks(self) -> int:
         """New ticks (stored since the last update started) whose window of ``context_len``
-        transitions has a mean prior velocity error above the calm gate's
-        ``calm_accel_mps2``, counted in runs of at least ``UNEXPLAINED_RUN_TICKS``: flight the
-        prior does not explain. Recounted at most every 25 stored ticks (the worker asks five
-        times a second)."""
+        transitions the active model does not explain (:mod:`novelty`: mean velocity error
+        after its residual above the calm gate's ``calm_accel_mps2``), counted in runs of at
+        least ``UNEXPLAINED_RUN_TICKS``. Judged incrementally, at most every 25 stored ticks
+        (the worker asks five times a second); a new active bundle judges them all again."""
         if self.config.min_unexplained_ticks == 0:
             return 0
         stored, count = self._unexplained
-        if stored >= 0 and abs(len(self.replay) - stored) < 25:
+        counter = self._novelty
+        fresh = counter is not None and counter.model is self._active.model
+        if fresh and stored >= 0 and abs(len(self.replay) - stored) < 25:
             return count
-        records = self.replay.records
-        new = records.take(records.stamp_ns > self._new_since_ns)
-        count = 0
-        if len(new):
-            # context windows only (the recorded states, as the calm gate reads them): no
-            # position-slope view needed
-            prior = NominalModel(self.vehicle)
-            c = self._model_config().context_len
-            segments = to_segments(new, self.config.control_period_s, self.config.gap_factor)
-            dataset = TransitionDataset(prior, segments, self._model_config().action_delay_ticks)
-            starts = dataset.window_starts(c, 0)
-            if len(starts):
-                accel = window_prior_accel(dataset.context(starts, c), prior.config.dt_s)
-                count = _ticks_in_long_runs(
-                    (accel > self.config.validation.calm_accel_mps2).numpy(), UNEXPLAINED_RUN_TICKS
-                )
+        if not fresh or counter.since_ns != self._new_since_ns:
+            counter = self._novelty = UnexplainedCounter(
+                self._active.model,
+                NominalModel(self.vehicle),
+                self._new_since_ns,
+                self._model_config().context_len,
+                self._model_config().action_delay_ticks,
+                self.config.control_period_s,
+                self.config.gap_factor,
+                self.config.validation.calm_accel_mps2,
+            )
+        counter.update(self.replay.records)
+        count = _ticks_in_long_runs(counter.flags, UNEXPLAINED_RUN_TICKS)
         self._unexplained = (len(self.replay), count)
         return count
 
@@ -320,7 +331,7 @@ class ContinualLearner:
         self._last_update_s, self.new_ticks = self._now_s, 0
         if len(self.replay):
             self._new_since_ns = int(self.replay.records.stamp_ns.max())
-        self._unexplained = (-1, 0)
+        self._unexplained, self._novelty = (-1, 0), None
         report = _Progress(progress)
         active, c = self._active, self.config
         version = active.version + 1
@@ -341,12 +352,16 @@ class ContinualLearner:
             elapsed = time.perf_counter() - start
             return UpdateResult(False, None, reason, elapsed, 0.0, 0.0, elapsed, metrics)
         fit_config = dataclasses.replace(c.fit, seed=c.fit.seed + c.seed + version)
+        focus = self._unexplained_windows(dataset, model.context_len, c.fit.horizon)
+        metrics["data"]["unexplained_windows"] = int(focus.sum())
         fit = fit_vnd(
             model,
             dataset,
             fit_config,
             warm_start=active.model is not None,
             progress=lambda i, n, _: report("fit", i / n),
+            focus=focus,
+            focus_fraction=c.focus_fraction,
         )
         metrics["fit"] = {"steps": fit.steps, "windows": fit.num_windows, **fit.final}
         metrics["latents"] = self._latent_metrics(fit.latents)
@@ -371,6 +386,7 @@ class ContinualLearner:
             residual_bound=bound,
             latent_pool=fit.latents.z if fit.latents is not None else None,
             pool_fraction=c.pool_fraction,
+            pool_weights=self._pool_weights(dataset, model.context_len, fit.latents),
             trust_region=region,
             components=c.residual_components,
             latent_pathway_only=c.latent_pathway_only,
@@ -433,6 +449,32 @@ class ContinualLearner:
         )
         delay = self._model_config().action_delay_ticks
         return TransitionDataset(prior, segments, delay)
+
+    def _unexplained_windows(
+        self, dataset: TransitionDataset, context_len: int, horizon: int
+    ) -> torch.Tensor:
+        """Flag (M,) per fit window: its context is not explained by the active model
+        (:func:`novelty.window_unexplained_accel` above the calm gate's threshold)."""
+        starts = dataset.window_starts(context_len, horizon)
+        if len(starts) == 0:
+            return torch.zeros(0, dtype=torch.bool)
+        model, dt_s = self._active.model, dataset.prior.config.dt_s
+        accel = torch.cat(
+            [
+                window_unexplained_accel(model, dataset.context(part, context_len), dt_s)
+                for part in starts.split(4096)
+            ]
+        )
+        return accel > self.config.validation.calm_accel_mps2
+
+    def _pool_weights(self, dataset: TransitionDataset, context_len: int, latents):
+        """Draw weights (M,) of the re-encoded latents for policy training: a share
+        ``focus_fraction`` of the draws goes to the windows the active model does not explain
+        (a new condition's latents would otherwise be a small part of the pool)."""
+        if latents is None or len(latents.z) == 0:
+            return None
+        focus = self._unexplained_windows(dataset, context_len, 0)  # encode_all's windows
+        return focus_weights(focus, self.config.focus_fraction)
 
     def _model_config(self) -> VNDModelConfig:
         """Architecture of the model the next update fits (the active one's, or the default)."""

@@ -53,6 +53,7 @@ def train_policy_on_model(
     residual_bound: torch.Tensor | None = None,
     latent_pool: torch.Tensor | None = None,
     pool_fraction: float = 0.5,
+    pool_weights: torch.Tensor | None = None,
     components: str = "translational",
     latent_pathway_only: bool = False,
     *,
@@ -60,7 +61,8 @@ def train_policy_on_model(
 ) -> dict:
     """Train ``policy`` in place on ``model``'s dynamics with z ~ N(0, I) per rollout
     (a fraction ``anchor_fraction`` of the rollouts: z = 0 on the prior; a fraction
-    ``pool_fraction`` of the others: a row of ``latent_pool`` (M, nz), the re-encoded replay;
+    ``pool_fraction`` of the others: a row of ``latent_pool`` (M, nz), the re-encoded replay,
+    drawn in proportion to ``pool_weights`` (M,) when given;
     residual clipped to ``residual_bound`` (12,) when given, weighted by ``trust_region``
     (:class:`TrustRegion`; pass the fitted dataset's) and restricted to ``components``;
     see the module docstring). ``latent_pathway_only``: train only the weights that read z
@@ -79,7 +81,9 @@ def train_policy_on_model(
     policy.train()
     restore = _train_latent_pathway_only(policy) if latent_pathway_only else None
     dynamics = anchored_dynamics(model, residual_bound, components, trust_region=trust_region)
-    sampler = anchored_latent(model.latent_dim, anchor_fraction, latent_pool, pool_fraction)
+    sampler = anchored_latent(
+        model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
+    )
     trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
     try:
         summary = trainer.train(progress=progress)
@@ -134,16 +138,24 @@ def anchored_latent(
     anchor_fraction: float,
     pool: torch.Tensor | None = None,
     pool_fraction: float = 0.5,
+    pool_weights: torch.Tensor | None = None,
 ) -> ZSampler:
     """z per episode: 0 with probability ``anchor_fraction``; else a jittered row of ``pool``
-    (M, nz) with probability ``pool_fraction`` (when a pool is given); else z ~ N(0, I)."""
+    (M, nz) with probability ``pool_fraction`` (when a pool is given; rows drawn uniformly or
+    in proportion to ``pool_weights`` (M,)); else z ~ N(0, I)."""
     if not 0.0 <= pool_fraction <= 1.0:
         raise ValueError(f"pool_fraction must be within [0, 1], got {pool_fraction}")
+    if pool_weights is not None and (pool is None or pool_weights.shape != (len(pool),)):
+        raise ValueError("pool_weights must hold one weight per pool row")
 
     def sample(batch: int, generator: torch.Generator) -> torch.Tensor:
         z = torch.randn(batch, latent_dim, generator=generator)
         if pool is not None and len(pool):
-            rows = pool[torch.randint(len(pool), (batch,), generator=generator)]
+            if pool_weights is None:
+                index = torch.randint(len(pool), (batch,), generator=generator)
+            else:
+                index = torch.multinomial(pool_weights, batch, True, generator=generator)
+            rows = pool[index]
             jittered = rows + POOL_JITTER * torch.randn(batch, latent_dim, generator=generator)
             from_pool = torch.rand(batch, generator=generator) < pool_fraction
             z = torch.where(from_pool[:, None], jittered, z)

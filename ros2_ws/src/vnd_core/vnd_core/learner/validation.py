@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from vnd_core.dynamics import NominalModel
+from vnd_core.learner.novelty import window_unexplained_accel
 from vnd_core.policy import PolicyNet
 from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
@@ -45,7 +46,6 @@ from vnd_core.state import POS, QUAT, VEL, hover_state
 from vnd_core.trainer import Dynamics, prior_dynamics
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
-from vnd_core.vnd.features import INPUT_DIM, RES_VEL
 from vnd_core.vnd.metrics import open_loop_errors
 from vnd_core.vnd.model import VNDModel
 
@@ -124,13 +124,6 @@ def hover_deviation_m(policy: PolicyNet, vehicle: VehicleParams, ticks: int) -> 
     return worst
 
 
-def window_prior_accel(context: torch.Tensor, dt_s: float) -> torch.Tensor:
-    """Mean prior velocity error of each context window (B, C, 28) as an acceleration (B,)
-    [m/s^2]: measurement noise averages out over the window, a force does not."""
-    velocity_error = context[..., INPUT_DIM + RES_VEL.start : INPUT_DIM + RES_VEL.stop]
-    return velocity_error.mean(dim=1).norm(dim=-1) / dt_s
-
-
 @dataclass
 class EvalSet:
     """Shared conditions of the learned-model cost check (identical for both policies)."""
@@ -176,7 +169,8 @@ def make_eval_set(
     with torch.no_grad():
         context = dataset.context(pick, model.context_len)  # (R, C, 28) raw features
         z_model = model.encoder(context)
-        calm = window_prior_accel(context, model.prior.config.dt_s) <= config.calm_accel_mps2
+        prior_accel = window_unexplained_accel(None, context, model.prior.config.dt_s)
+        calm = prior_accel <= config.calm_accel_mps2
         if active_model is not None:
             # The window ends at the same transition for both encoders (context lengths may
             # differ, a shorter one reads only the most recent part).

@@ -87,6 +87,8 @@ def fit_vnd(
     config: FitConfig | None = None,
     progress: ProgressFn | None = None,
     warm_start: bool = True,
+    focus: torch.Tensor | None = None,
+    focus_fraction: float = 0.5,
 ) -> FitReport:
     """Fit ``model`` in place on every window of ``dataset``; deterministic for a given seed
     and starting weights (with ``warm_start=False`` the seed alone fixes the result).
@@ -95,6 +97,13 @@ def fit_vnd(
     if they never were, so earlier training keeps its meaning); ``warm_start=False``
     re-initialises every weight from ``config.seed`` and refits the statistics. ``progress``
     is called as ``progress(step, total_steps, mean_losses)`` every ``log_every`` steps.
+
+    ``focus`` (M,) bool, one per window of ``dataset.window_starts(C, K)``: a share
+    ``focus_fraction`` of every batch is drawn from the windows marked True (when any are),
+    the rest from all windows. A continual update marks what the active model does not explain
+    yet: a new condition that is a small part of the replay then gets a fair share of a short
+    fit (measured: with 200 uniform steps a second wind direction stayed merged with calm
+    flight in the latent; it separated after about 1000).
     """
     config = config or FitConfig()
     config.validate()
@@ -106,6 +115,10 @@ def fit_vnd(
             f"no window of {model.context_len} + {config.horizon} transitions in the dataset "
             f"({dataset.num_transitions} transitions in {dataset.num_segments} segments)"
         )
+    focused = _focus_starts(starts, focus)
+    if not 0.0 <= focus_fraction <= 1.0:
+        raise ValueError(f"focus_fraction must be within [0, 1], got {focus_fraction}")
+    num_focused = round(focus_fraction * config.batch_size) if len(focused) else 0
     if not warm_start:
         _reinitialise(model, config.seed)
     if not warm_start or not bool(model.normalizers_fitted):
@@ -124,6 +137,10 @@ def fit_vnd(
             stopped_early = True
             break
         pick = starts[torch.randint(len(starts), (config.batch_size,), generator=generator)]
+        if num_focused:
+            pick[:num_focused] = focused[
+                torch.randint(len(focused), (num_focused,), generator=generator)
+            ]
         batch = dataset.gather(pick, model.context_len, config.horizon)
         partner = None
         if config.use_latent and config.lambda_slow > 0:
@@ -157,6 +174,17 @@ def fit_vnd(
         num_windows=len(starts),
         latents=latents,
     )
+
+
+def _focus_starts(starts: torch.Tensor, focus: torch.Tensor | None) -> torch.Tensor:
+    """The window starts (F,) marked by ``focus`` (M,) bool; empty without a focus."""
+    if focus is None:
+        return starts[:0]
+    if focus.shape != starts.shape:
+        raise ValueError(
+            f"focus must mark each of the {len(starts)} windows, got shape {tuple(focus.shape)}"
+        )
+    return starts[focus.bool()]
 
 
 def vnd_losses(

@@ -1,0 +1,135 @@
+"""Flight the active model does not explain: what the update trigger counts.
+
+A context window (C transitions, the states as the encoder reads them in flight) is
+*unexplained* when its mean one-step velocity error, after the active model's residual at the
+latent its encoder gives that same window, is above ``calm_accel_mps2`` (the calm gate's
+threshold, as an acceleration): measurement noise averages out over the window, a force the
+model has not learned does not. Without a model (a base bundle) the residual is zero and the
+measure is the prior's error.
+
+Why the active model and not the prior: a condition learned once (wind A, after the update
+that learned it) must not start another update. Counted against the prior, every windy tick
+is new, so the learner re-learned wind A for a whole cycle while wind B began, and wind B was
+learned only after its phase had ended (``make demo``, session 6).
+
+The count is incremental (:class:`UnexplainedCounter`): each call encodes only the windows
+that end after the last one it judged, so its cost does not grow with the time since the last
+update.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from vnd_core.dynamics import NominalModel
+from vnd_core.learner.records import TickRecords
+from vnd_core.learner.segmenter import split_runs
+from vnd_core.vnd.data import Segment, TransitionDataset
+from vnd_core.vnd.features import INPUT_DIM, RES_VEL
+from vnd_core.vnd.model import VNDModel
+
+
+def window_unexplained_accel(
+    model: VNDModel | None, context: torch.Tensor, dt_s: float
+) -> torch.Tensor:
+    """Mean one-step velocity error (B,) [m/s^2] of context windows (B, C, 28) after ``model``'s
+    residual at the latent of each window (``model`` None: the prior's error alone)."""
+    velocity_error = context[..., INPUT_DIM + RES_VEL.start : INPUT_DIM + RES_VEL.stop]
+    if model is not None and len(context):
+        with torch.no_grad():
+            z = model.encoder(context)  # (B, nz)
+            residual = model.residual(context[..., :INPUT_DIM], z[:, None, :])  # (B, C, 12)
+        velocity_error = velocity_error - residual[..., RES_VEL]
+    return velocity_error.mean(dim=1).norm(dim=-1) / dt_s
+
+
+class UnexplainedCounter:
+    """Unexplained windows among the ticks stamped after ``since_ns``, judged by one model.
+
+    Call :meth:`update` with the stamp-ordered replay as it grows; a window is identified by
+    the stamp of its last state and judged once. When ticks arrive behind the windows judged
+    already (a restarted learner's backlog) or leave the replay (eviction), every window is
+    judged again.
+    """
+
+    def __init__(
+        self,
+        model: VNDModel | None,
+        prior: NominalModel,
+        since_ns: int,
+        context_len: int,
+        action_delay_ticks: int,
+        period_s: float,
+        gap_factor: float,
+        threshold_mps2: float,
+    ):
+        self.model = model
+        self.prior = prior
+        self.since_ns = since_ns
+        self.context_len = context_len
+        self.delay = action_delay_ticks
+        self.period_s = period_s
+        self.gap_factor = gap_factor
+        self.threshold_mps2 = threshold_mps2
+        self._judged_until_ns = since_ns  # windows ending at or before this stamp are judged
+        self._flags: list[np.ndarray] = []  # per call: unexplained flag per window, in order
+        self._ticks_behind = 0  # ticks stamped in (since_ns, judged_until_ns] when last judged
+
+    @property
+    def flags(self) -> np.ndarray:
+        """Unexplained flag (W,) of every window judged so far, in stamp order."""
+        return np.concatenate(self._flags) if self._flags else np.zeros(0, dtype=bool)
+
+    def update(self, records: TickRecords) -> None:
+        """Judge the windows of ``records`` (stamp-ordered) that end after the last judged one."""
+        if self._count_behind(records) != self._ticks_behind:  # the judged past changed
+            self._flags, self._judged_until_ns = [], self.since_ns
+        # A window spans C + d + 1 states: start early enough to rebuild the first new ones.
+        span_ns = int((self.context_len + self.delay + 2) * self.gap_factor * self.period_s * 1e9)
+        low_ns = max(self.since_ns, self._judged_until_ns - span_ns)
+        tail = records.take(records.stamp_ns > low_ns)
+        ends, flags = [], []
+        for run in split_runs(tail.stamp_ns, tail.mode, self.period_s, self.gap_factor):
+            end_ns, unexplained = self._judge_run(tail, run)
+            new = end_ns > self._judged_until_ns
+            ends.append(end_ns[new])
+            flags.append(unexplained[new])
+        if ends and sum(len(e) for e in ends):
+            self._flags.append(np.concatenate(flags))
+            self._judged_until_ns = int(np.concatenate(ends).max())
+        self._ticks_behind = self._count_behind(records)
+
+    def _count_behind(self, records: TickRecords) -> int:
+        """Ticks of ``records`` stamped in (since_ns, judged_until_ns]."""
+        stamps = records.stamp_ns
+        low, high = np.searchsorted(stamps, [self.since_ns, self._judged_until_ns], "right")
+        return int(high - low)
+
+    def _judge_run(self, records: TickRecords, run: slice) -> tuple[np.ndarray, np.ndarray]:
+        """(stamp of each window's last state, unexplained flag) of one contiguous run."""
+        c, d = self.context_len, self.delay
+        if run.stop - run.start < c + d + 1:  # too short for one window
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        dataset = TransitionDataset(
+            self.prior, [Segment(records.state[run], records.action[run])], d
+        )
+        starts = dataset.window_starts(c, 0)
+        if len(starts) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        accel = window_unexplained_accel(
+            self.model, dataset.context(starts, c), self.prior.config.dt_s
+        )
+        # window g holds transitions g..g+C-1 of the run, i.e. states d+g .. d+g+C
+        end_ns = records.stamp_ns[run][starts.numpy() + d + c]
+        return end_ns.astype(np.int64), (accel > self.threshold_mps2).numpy()
+
+
+def focus_weights(focus: torch.Tensor, fraction: float) -> torch.Tensor:
+    """Draw weights (M,) that give the rows marked in ``focus`` (M,) bool a share
+    ``fraction`` of all draws and spread the rest uniformly (uniform when none is marked)."""
+    m, f = len(focus), int(focus.sum())
+    weights = torch.full((m,), 1.0 / m)
+    if f == 0:
+        return weights
+    return weights * (1.0 - fraction) + focus.float() * (fraction / f)
