@@ -136,6 +136,38 @@ def test_windows_are_unexplained_against_the_active_model_not_the_prior():
     assert judged(learned, calm, 150).sum() == windows
 
 
+def test_a_learned_condition_starts_an_update_again_when_its_data_has_doubled():
+    records = windy_records()
+    wind = records.take(records.condition == "wind")
+    torch.manual_seed(0)
+    knows_wind = Bundle(
+        version=3,
+        parent_version=2,
+        policy=PolicyNet(VEHICLE, PolicyConfig(latent_dim=4)),
+        vehicle=VEHICLE,
+        model=constant_force_model(wind),
+    )
+    config = dataclasses.replace(TINY, min_unexplained_ticks=100, min_new_ticks=50)
+    learner = ContinualLearner(VEHICLE, config, knows_wind)
+    learner.ingest(wind)
+    # the active model explains the wind; its 128 windows are still more wind data than the
+    # updates so far started on (none)
+    assert learner.unexplained_new_ticks() == 0 and learner.informative_new_ticks() == 128
+    assert learner.should_update(100.0)
+    learner.update()
+    learner.set_active(knows_wind)
+
+    def later(ticks: int, shift_s: float) -> TickRecords:
+        part = wind.take(np.arange(len(wind)) < ticks)
+        part.stamp_ns = part.stamp_ns + int(shift_s * 1e9)
+        return part
+
+    learner.ingest(later(120, 10.0))  # 98 windows: not yet twice the 128 learned from
+    assert learner.informative_new_ticks() == 98 and not learner.should_update(200.0)
+    learner.ingest(later(150, 20.0))  # 98 + 128 windows of new wind data
+    assert learner.informative_new_ticks() == 98 + 128 and learner.should_update(200.0)
+
+
 def test_unexplained_windows_are_judged_once_as_the_replay_grows():
     records = windy_records()  # wind, then 2 s later calm: two runs
     at_once = judged(None, records, len(records))

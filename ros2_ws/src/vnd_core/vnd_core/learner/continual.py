@@ -231,8 +231,10 @@ class ContinualLearner:
         self._last_update_s = -math.inf
         self._now_s = 0.0
         self._new_since_ns = -1  # ticks stamped after this are new (set when an update starts)
-        self._unexplained = (-1, 0)  # (ticks stored when counted, unexplained new ticks)
-        self._novelty: UnexplainedCounter | None = None  # judges the new ticks' windows
+        # per judge ("model": the active one, "prior"): (ticks stored when counted, count,
+        # the counter judging the new ticks' windows)
+        self._counts: dict[str, tuple[int, int, UnexplainedCounter]] = {}
+        self._informative_learned = 0  # prior-unexplained ticks the updates so far started on
         # Fault-injection seam: called on the trained candidate policy before validation.
         self.candidate_hook: Callable[[PolicyNet], None] | None = None
         # The first optimiser built in a process imports torch's compiler stack (seconds);
@@ -257,12 +259,14 @@ class ContinualLearner:
     def status(self) -> dict:
         """JSON-able counters for a status topic: replay size, new ticks, refusals, eviction."""
         eviction = self.last_eviction
+        model = self._counts.get("model", (0, 0))[1]  # as last counted
         return {
             "active_version": self._active.version,
             "ticks_stored": self.ticks_stored,
             "capacity_ticks": self.config.capacity_ticks,
             "new_ticks": self.new_ticks,
-            "unexplained_new_ticks": self._unexplained[1],  # as last counted
+            "unexplained_new_ticks": model,
+            "informative_new_ticks": self._counts.get("prior", (0, model))[1],
             "rejected_ticks": dict(self.rejected_ticks),
             "last_eviction_ticks": eviction.evicted_ticks if eviction else 0,
         }
@@ -285,32 +289,57 @@ class ContinualLearner:
 
     def should_update(self, now_s: float) -> bool:
         """True when ``min_new_ticks`` arrived and ``min_interval_s`` passed since the last
-        update, and the replay holds enough windows; ``now_s`` is any monotonic clock."""
+        update, the replay holds enough windows, and (with ``min_unexplained_ticks``) either
+        that much new flight is not explained by the active model, or the flight the prior
+        does not explain has doubled since the last update (more data of a condition learned
+        from its first seconds); ``now_s`` is any monotonic clock."""
         self._now_s = now_s
         c = self.config
         return (
             self.new_ticks >= c.min_new_ticks
             and now_s - self._last_update_s >= c.min_interval_s
             and self._window_count() >= c.min_windows
-            and self.unexplained_new_ticks() >= c.min_unexplained_ticks
+            and self._worth_learning()
         )
+
+    def _worth_learning(self) -> bool:
+        """The ``min_unexplained_ticks`` part of :meth:`should_update`."""
+        needed = self.config.min_unexplained_ticks
+        if needed == 0 or self.unexplained_new_ticks() >= needed:
+            return True
+        return self.informative_new_ticks() >= max(needed, self._informative_learned)
 
     def unexplained_new_ticks(self) -> int:
         """New ticks (stored since the last update started) whose window of ``context_len``
         transitions the active model does not explain (:mod:`novelty`: mean velocity error
         after its residual above the calm gate's ``calm_accel_mps2``), counted in runs of at
         least ``UNEXPLAINED_RUN_TICKS``. Judged incrementally, at most every 25 stored ticks
-        (the worker asks five times a second); a new active bundle judges them all again."""
+        (the worker asks five times a second); a new active bundle judges them all again.
+        0 when ``min_unexplained_ticks`` is 0 (not counted)."""
+        return self._count_new("model", self._active.model)
+
+    def informative_new_ticks(self) -> int:
+        """Like :meth:`unexplained_new_ticks`, judged by the prior alone: new flight in a
+        condition the physics prior does not hold (learned already or not)."""
+        if self._active.model is None:
+            return self.unexplained_new_ticks()
+        return self._count_new("prior", None)
+
+    def _count_new(self, key: str, model: VNDModel | None) -> int:
+        """Unexplained new ticks judged by ``model`` (None: the prior), cached under ``key``."""
         if self.config.min_unexplained_ticks == 0:
             return 0
-        stored, count = self._unexplained
-        counter = self._novelty
-        fresh = counter is not None and counter.model is self._active.model
-        if fresh and stored >= 0 and abs(len(self.replay) - stored) < 25:
+        stored, count, counter = self._counts.get(key, (-1, 0, None))
+        fresh = (
+            counter is not None
+            and counter.model is model
+            and counter.since_ns == self._new_since_ns
+        )
+        if fresh and abs(len(self.replay) - stored) < 25:
             return count
-        if not fresh or counter.since_ns != self._new_since_ns:
-            counter = self._novelty = UnexplainedCounter(
-                self._active.model,
+        if not fresh:
+            counter = UnexplainedCounter(
+                model,
                 NominalModel(self.vehicle),
                 self._new_since_ns,
                 self._model_config().context_len,
@@ -321,7 +350,7 @@ class ContinualLearner:
             )
         counter.update(self.replay.records)
         count = _ticks_in_long_runs(counter.flags, UNEXPLAINED_RUN_TICKS)
-        self._unexplained = (len(self.replay), count)
+        self._counts[key] = (len(self.replay), count, counter)
         return count
 
     # ------------------------------------------------------------------ update cycle
@@ -329,9 +358,10 @@ class ContinualLearner:
         """Fit, train, validate; emit version ``active.version + 1`` or a rejection."""
         start, cpu_start = time.perf_counter(), time.process_time()
         self._last_update_s, self.new_ticks = self._now_s, 0
+        self._informative_learned += self.informative_new_ticks()
         if len(self.replay):
             self._new_since_ns = int(self.replay.records.stamp_ns.max())
-        self._unexplained, self._novelty = (-1, 0), None
+        self._counts.clear()
         report = _Progress(progress)
         active, c = self._active, self.config
         version = active.version + 1
