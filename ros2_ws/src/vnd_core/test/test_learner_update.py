@@ -168,6 +168,30 @@ def test_a_learned_condition_starts_an_update_again_when_its_data_has_doubled():
     assert learner.informative_new_ticks() == 98 + 128 and learner.should_update(200.0)
 
 
+def test_an_update_with_nothing_new_fits_fewer_steps():
+    records = windy_records()
+    wind, calm = (records.take(records.condition == name) for name in ("wind", "calm"))
+    torch.manual_seed(0)
+    knows_wind = Bundle(
+        version=3,
+        parent_version=2,
+        policy=PolicyNet(VEHICLE, PolicyConfig(latent_dim=4)),
+        vehicle=VEHICLE,
+        model=constant_force_model(wind),
+    )
+    config = dataclasses.replace(TINY, refine_fit_steps=2)  # TINY fits 5 steps
+    learner = ContinualLearner(VEHICLE, config, knows_wind)
+    learner.ingest(wind)
+    result = learner.update()
+    assert result.metrics["data"]["unexplained_windows"] == 0
+    assert result.metrics["fit"]["steps"] == 2  # the active model explains all of it
+    learner = ContinualLearner(VEHICLE, config, knows_wind)
+    learner.ingest(calm)  # the model's force is not there: new to it
+    result = learner.update()
+    assert result.metrics["data"]["unexplained_windows"] > 0
+    assert result.metrics["fit"]["steps"] == 5
+
+
 def test_unexplained_windows_are_judged_once_as_the_replay_grows():
     records = windy_records()  # wind, then 2 s later calm: two runs
     at_once = judged(None, records, len(records))
