@@ -12,7 +12,12 @@ from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
 from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
-from vnd_core.learner.continual import ContinualLearner, LearnerConfig, _ticks_in_long_runs
+from vnd_core.learner.continual import (
+    ContinualLearner,
+    LearnerConfig,
+    _long_runs,
+    _ticks_in_long_runs,
+)
 from vnd_core.learner.novelty import UnexplainedCounter
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.segmenter import to_segments
@@ -205,6 +210,7 @@ def test_unexplained_windows_count_only_in_long_runs():
     assert _ticks_in_long_runs(flags, 3) == 3 + 4
     assert _ticks_in_long_runs(flags, 5) == 0
     assert _ticks_in_long_runs(np.zeros(0, dtype=bool), 1) == 0
+    np.testing.assert_array_equal(_long_runs(flags, 3), [0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1])
 
 
 def test_first_update_creates_the_model_and_emits_the_next_version():
