@@ -2,10 +2,12 @@
 
 Loop (issue 5 item 6): :meth:`ContinualLearner.ingest` stores POLICY-mode tick records
 (deduplicated by stamp, bounded by the replay's eviction rule); :meth:`should_update` says when
-enough new data and time have passed; :meth:`update` runs one cycle:
+enough new data and time have passed and the new flight is worth learning from (:mod:`novelty`);
+:meth:`update` runs one cycle:
 
 1. segment the whole replay (gaps, mode changes) and build the transition dataset;
-2. fit the VND model, warm-started from the active bundle's model (the first update from a base
+2. fit the VND model (a share of each batch from what the active model does not explain),
+   warm-started from the active bundle's model (the first update from a base
    bundle without a model creates one with the default architecture); the fit re-encodes the
    whole replay;
 3. train the policy on prior ⊕ D(., ., z), z ~ N(0, I) per rollout, warm-started from the
@@ -87,8 +89,8 @@ class LearnerConfig:
     min_new_ticks: int = 500  # new ticks needed before an update (10 s)
     min_interval_s: float = 10.0  # time needed between two updates
     min_windows: int = 64  # fit windows needed before the first update
-    # new ticks whose window the prior does not explain (mean prior velocity error above the
-    # calm gate's calm_accel_mps2) needed before an update; 0: any new data will do
+    # new ticks whose window the active model does not explain (novelty.py) needed before an
+    # update, unless the flight the prior does not explain has doubled; 0: any new data will do
     min_unexplained_ticks: int = 0
     # share of each fit batch drawn from the windows the active model does not explain (a new
     # condition gets a fair share of a short fit however little of the replay it is yet)
@@ -151,11 +153,11 @@ class LearnerConfig:
 
     @classmethod
     def standard(cls, **overrides) -> LearnerConfig:
-        """The flight default (``make demo``, the launch files): an update in about 30 s of an
-        idle core (about 55 s beside the 2-core demo stack). An update waits for 5 s of flight
-        the active model does not explain: on data it explains it has nothing to learn, could
-        only lose calm tracking, and would hold the core for its whole cycle when a new
-        condition begins."""
+        """The flight default (``make demo``, the launch files): an update in 20-30 s of an
+        idle core (35-67 s beside the 2-core demo stack). An update waits for 5 s of flight the
+        active model does not explain, or for twice the flight the prior does not explain:
+        on data it explains it has nothing to learn, could only lose calm tracking, and would
+        hold the core for its whole cycle when a new condition begins."""
         base = {
             "capacity_ticks": 15_000,
             "min_new_ticks": 400,
