@@ -7,10 +7,12 @@ threshold, as an acceleration): measurement noise averages out over the window, 
 model has not learned does not. Without a model (a base bundle) the residual is zero and the
 measure is the prior's error.
 
-Why the active model and not the prior: a condition learned once (wind A, after the update
-that learned it) must not start another update. Counted against the prior, every windy tick
-is new, so the learner re-learned wind A for a whole cycle while wind B began, and wind B was
-learned only after its phase had ended (``make demo``, session 6).
+Why the active model and not the prior: a condition learned once must not start an update for
+every new tick of it. Counted against the prior, every windy tick is new, so the learner spent
+cycle after cycle on a wind it knew while a new one began. The continual learner still learns a
+known condition again once its data have doubled (that count judges with the prior: model
+None), and an update gives a share of its fit and policy training to the windows this measure
+marks (:func:`focus_weights`).
 
 The count is incremental (:class:`UnexplainedCounter`): each call encodes only the windows
 that end after the last one it judged, so its cost does not grow with the time since the last
