@@ -116,6 +116,18 @@ def constant_force_model(records: TickRecords) -> VNDModel:
     return model
 
 
+def bundle_with_model(model: VNDModel) -> Bundle:
+    """A bundle flying an untrained policy with ``model`` (latent size 4)."""
+    torch.manual_seed(0)
+    return Bundle(
+        version=3,
+        parent_version=2,
+        policy=PolicyNet(VEHICLE, PolicyConfig(latent_dim=4)),
+        vehicle=VEHICLE,
+        model=model,
+    )
+
+
 def judged(model: VNDModel | None, records: TickRecords, chunk_ticks: int) -> np.ndarray:
     """Unexplained flags of the windows of ``records``, fed to the counter ``chunk_ticks`` at a
     time (as a replay grows)."""
@@ -144,14 +156,7 @@ def test_windows_are_unexplained_against_the_active_model_not_the_prior():
 def test_a_learned_condition_starts_an_update_again_when_its_data_has_doubled():
     records = windy_records()
     wind = records.take(records.condition == "wind")
-    torch.manual_seed(0)
-    knows_wind = Bundle(
-        version=3,
-        parent_version=2,
-        policy=PolicyNet(VEHICLE, PolicyConfig(latent_dim=4)),
-        vehicle=VEHICLE,
-        model=constant_force_model(wind),
-    )
+    knows_wind = bundle_with_model(constant_force_model(wind))
     config = dataclasses.replace(TINY, min_unexplained_ticks=100, min_new_ticks=50)
     learner = ContinualLearner(VEHICLE, config, knows_wind)
     learner.ingest(wind)
@@ -176,14 +181,7 @@ def test_a_learned_condition_starts_an_update_again_when_its_data_has_doubled():
 def test_an_update_with_nothing_new_fits_fewer_steps():
     records = windy_records()
     wind, calm = (records.take(records.condition == name) for name in ("wind", "calm"))
-    torch.manual_seed(0)
-    knows_wind = Bundle(
-        version=3,
-        parent_version=2,
-        policy=PolicyNet(VEHICLE, PolicyConfig(latent_dim=4)),
-        vehicle=VEHICLE,
-        model=constant_force_model(wind),
-    )
+    knows_wind = bundle_with_model(constant_force_model(wind))
     config = dataclasses.replace(TINY, refine_fit_steps=2)  # TINY fits 5 steps
     learner = ContinualLearner(VEHICLE, config, knows_wind)
     learner.ingest(wind)

@@ -395,8 +395,12 @@ class ContinualLearner:
             reason = f"not enough data: no run of {needed + 1} POLICY ticks in the replay"
             elapsed = time.perf_counter() - start
             return UpdateResult(False, None, reason, elapsed, 0.0, 0.0, elapsed, metrics)
-        focus = self._unexplained_windows(dataset, model.context_len, c.fit.horizon)
-        metrics["data"]["unexplained_windows"] = int(focus.sum())
+        unexplained = self._unexplained_windows(dataset, model.context_len)  # (W,)
+        # the fit's windows (K targets after the context) are a subset of those
+        context_starts = dataset.window_starts(model.context_len, 0)
+        fit_starts = dataset.window_starts(model.context_len, c.fit.horizon)
+        focus = unexplained[torch.searchsorted(context_starts, fit_starts)]
+        metrics["data"]["unexplained_windows"] = int(unexplained.sum())
         steps = c.fit.steps
         if c.refine_fit_steps is not None and active.model is not None and not focus.any():
             steps = c.refine_fit_steps  # nothing new to the active model: refine what it knows
@@ -433,7 +437,9 @@ class ContinualLearner:
             residual_bound=bound,
             latent_pool=fit.latents.z if fit.latents is not None else None,
             pool_fraction=c.pool_fraction,
-            pool_weights=self._pool_weights(dataset, model.context_len, fit.latents),
+            pool_weights=(
+                focus_weights(unexplained, c.focus_fraction) if fit.latents is not None else None
+            ),
             trust_region=region,
             components=c.residual_components,
             latent_pathway_only=c.latent_pathway_only,
@@ -497,13 +503,12 @@ class ContinualLearner:
         delay = self._model_config().action_delay_ticks
         return TransitionDataset(prior, segments, delay)
 
-    def _unexplained_windows(
-        self, dataset: TransitionDataset, context_len: int, horizon: int
-    ) -> torch.Tensor:
-        """Flag (M,) per fit window: its context is not explained by the active model
-        (:func:`novelty.window_unexplained_accel` above the calm gate's threshold), in a run of
-        at least ``UNEXPLAINED_RUN_TICKS`` such windows."""
-        starts = dataset.window_starts(context_len, horizon)
+    def _unexplained_windows(self, dataset: TransitionDataset, context_len: int) -> torch.Tensor:
+        """Flag (W,) per context window (``dataset.window_starts(context_len, 0)``, the windows
+        the fit re-encodes): the active model does not explain it
+        (:func:`novelty.window_unexplained_accel` above the calm gate's threshold) and it lies
+        in a run of at least ``UNEXPLAINED_RUN_TICKS`` such windows."""
+        starts = dataset.window_starts(context_len, 0)
         if len(starts) == 0:
             return torch.zeros(0, dtype=torch.bool)
         model, dt_s = self._active.model, dataset.prior.config.dt_s
@@ -518,15 +523,6 @@ class ContinualLearner:
         # condition the model explains) are no new condition, and focusing on them cost wind A
         # tracking (0.034 -> 0.046 m on one update)
         return torch.from_numpy(_long_runs(flags, UNEXPLAINED_RUN_TICKS))
-
-    def _pool_weights(self, dataset: TransitionDataset, context_len: int, latents):
-        """Draw weights (M,) of the re-encoded latents for policy training: a share
-        ``focus_fraction`` of the draws goes to the windows the active model does not explain
-        (a new condition's latents would otherwise be a small part of the pool)."""
-        if latents is None or len(latents.z) == 0:
-            return None
-        focus = self._unexplained_windows(dataset, context_len, 0)  # encode_all's windows
-        return focus_weights(focus, self.config.focus_fraction)
 
     def _model_config(self) -> VNDModelConfig:
         """Architecture of the model the next update fits (the active one's, or the default)."""
