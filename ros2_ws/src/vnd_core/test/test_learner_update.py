@@ -195,6 +195,41 @@ def test_an_update_with_nothing_new_fits_fewer_steps():
     assert result.metrics["fit"]["steps"] == 5
 
 
+def test_a_new_condition_preempts_a_refine_and_starts_the_next_update():
+    records = windy_records()
+    wind, calm = (records.take(records.condition == name) for name in ("wind", "calm"))
+    calm.stamp_ns = calm.stamp_ns + 10 * 10**9  # flown after the wind
+    knows_wind = bundle_with_model(constant_force_model(wind))
+    config = dataclasses.replace(TINY, min_unexplained_ticks=100, min_new_ticks=50)
+    learner = ContinualLearner(VEHICLE, config, knows_wind)
+    learner.ingest(wind)  # nothing new to the active model: the update is a refine
+    assert learner.should_update(100.0)
+    polls: list[int] = []
+
+    def poll() -> None:  # calm flight arrives while it runs: new to a model that has the force
+        polls.append(learner.ingest(calm))
+
+    result = learner.update(poll=poll)
+    assert result.preempted and not result.accepted and result.bundle is None
+    assert "preempted" in result.reason and polls[0] == 150
+    assert learner.active is knows_wind  # nothing replaced
+    assert learner.unexplained_new_ticks() == 128 and learner.should_update(200.0)
+    result = learner.update(poll=poll)  # learns the calm flight: not a refine, never polls
+    assert result.accepted and not result.preempted and polls == [150]
+    assert result.metrics["data"]["unexplained_windows"] > 0
+
+
+def test_a_refine_polls_but_runs_to_the_end_when_nothing_new_arrives():
+    records = windy_records()
+    wind = records.take(records.condition == "wind")
+    config = dataclasses.replace(TINY, min_unexplained_ticks=100, min_new_ticks=50)
+    learner = ContinualLearner(VEHICLE, config, bundle_with_model(constant_force_model(wind)))
+    learner.ingest(wind)
+    polls: list[int] = []
+    result = learner.update(poll=lambda: polls.append(1))
+    assert result.accepted and not result.preempted and len(polls) >= 2  # fit and training
+
+
 def test_unexplained_windows_are_judged_once_as_the_replay_grows():
     records = windy_records()  # wind, then 2 s later calm: two runs
     at_once = judged(None, records, len(records))

@@ -362,6 +362,26 @@ def test_sensitivity_penalty_measures_velocity_slopes_in_units_of_the_prior_gain
     assert slopes(0.0, 0.0, 0.5) == 0.0  # body rates are free (rate-loop lag)
 
 
+def test_sensitivity_penalty_equals_the_full_jacobian_of_a_nonlinear_correction():
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.Tanh(), torch.nn.Linear(24, 12))
+    inputs = torch.randn(6, 2, 16)
+    mass_kg, dt_s = 0.8, 0.02
+    got = velocity_sensitivity_penalty(net, inputs, mass_kg, dt_s)
+    scale = torch.zeros(16)
+    scale[0:3], scale[3:9], scale[12] = 1.0, 1.0 / (9.81 * dt_s), mass_kg / dt_s
+    want = torch.stack(
+        [
+            (torch.autograd.functional.jacobian(lambda x: net(x)[6:9], x) * scale).square().sum()
+            for x in inputs.reshape(-1, 16)
+        ]
+    ).mean()
+    assert float(got) == pytest.approx(float(want), rel=1e-3)
+    # differentiable in the network's weights (it is a training loss)
+    got.backward()
+    assert net[0].weight.grad is not None and net[0].weight.grad.abs().sum() > 0
+
+
 def test_sensitivity_term_is_part_of_the_fit_loss(model, windy):
     starts = windy.window_starts(model.context_len, 3)[:16]
     batch = windy.gather(starts, model.context_len, 3)

@@ -9,8 +9,10 @@ node over its stdin/stdout with the frames of :mod:`vnd_core.learner_store.ipc` 
 frame stream: file descriptor 1 is pointed at stderr once the frame channel has its own copy.
 
 Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
-(stage of an update and its fraction of the cycle), ``result`` (accepted or rejected, timings,
-metrics, the bundle bytes when accepted), ``error`` (fatal, then the process exits non-zero).
+(stage of an update and its fraction of the cycle), ``result`` (accepted, rejected or preempted,
+timings, metrics, the bundle bytes when accepted), ``error`` (fatal, then the process exits
+non-zero). Tick frames that arrive during a refine are ingested at its progress points, so that
+a new condition can preempt it (:meth:`ContinualLearner.update`).
 A closed stdin means the node is gone: the worker exits at once, even mid-update (it keeps no state
 the node's replay store and registry do not hold).
 """
@@ -18,6 +20,7 @@ the node's replay store and registry do not hold).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import faulthandler
 import json
@@ -138,6 +141,7 @@ def _result_frame(result: Any, bundle_bytes: bytes | None) -> dict[str, Any]:
     bundle = getattr(result, "bundle", None)
     meta = {
         "accepted": bool(result.accepted),
+        "preempted": bool(getattr(result, "preempted", False)),
         "reason": str(getattr(result, "reason", "")),
         "version": int(bundle.version) if bundle is not None else 0,
         "parent_version": int(bundle.parent_version) if bundle is not None else 0,
@@ -150,8 +154,9 @@ def _result_frame(result: Any, bundle_bytes: bytes | None) -> dict[str, Any]:
     return {"meta": meta, "blobs": blobs}
 
 
-def run_update(learner: Any, channel: Channel) -> None:
-    """One update() with progress frames, then the result frame."""
+def run_update(learner: Any, channel: Channel, inbox: queue.Queue, held: list[Frame]) -> None:
+    """One update() with progress frames, then the result frame. Tick frames that arrive
+    meanwhile are ingested when the update polls; other frames are kept in ``held``."""
     from vnd_core.bundle import bundle_to_bytes
 
     last = {"stage": "", "sent_s": 0.0}
@@ -164,7 +169,14 @@ def run_update(learner: Any, channel: Channel) -> None:
         last.update(stage=stage, sent_s=now_s)
         channel.send("progress", meta={"stage": stage, "fraction": round(float(fraction), 3)})
 
-    result = learner.update(progress=progress)
+    def poll() -> None:
+        for frame in _drain(inbox):
+            if frame.kind == "ticks":
+                _ingest(learner, frame)
+            else:
+                held.append(frame)
+
+    result = learner.update(progress=progress, poll=poll)
     accepted = bool(result.accepted) and result.bundle is not None
     bundle_bytes = bundle_to_bytes(result.bundle) if accepted else None
     channel.send("result", **_result_frame(result, bundle_bytes))
@@ -172,26 +184,22 @@ def run_update(learner: Any, channel: Channel) -> None:
 
 def serve(learner: Any, channel: Channel, inbox: queue.Queue) -> int:
     """Main loop: ingest tick batches, update when the learner says so; returns an exit code."""
-    from vnd_core.learner.records import TickRecords
-
     failures = 0
+    held: list[Frame] = []  # frames that arrived during an update, other than ticks
     while True:
-        frames: list[Frame] = []
-        try:
-            frames.append(inbox.get(timeout=POLL_S))
-            while True:
-                frames.append(inbox.get_nowait())
-        except queue.Empty:
-            pass
-        for frame in frames:
+        frames, held = held, []
+        if not frames:
+            with contextlib.suppress(queue.Empty):
+                frames.append(inbox.get(timeout=POLL_S))
+        for frame in frames + _drain(inbox):
             if frame.kind == "stop":
                 return 0
             if frame.kind == "ticks":
-                learner.ingest(TickRecords.from_arrays(frame.arrays))
+                _ingest(learner, frame)
         if not learner.should_update(time.monotonic()):
             continue
         try:
-            run_update(learner, channel)
+            run_update(learner, channel, inbox, held)
             failures = 0
         except Exception as err:  # a failed update is reported; repeated failures end the worker
             failures += 1
@@ -202,6 +210,22 @@ def serve(learner: Any, channel: Channel, inbox: queue.Queue) -> int:
             )
             if failures >= MAX_CONSECUTIVE_FAILURES:
                 return EXIT_ERROR
+
+
+def _drain(inbox: queue.Queue) -> list[Frame]:
+    """Every frame waiting in ``inbox`` (none: an empty list)."""
+    frames: list[Frame] = []
+    try:
+        while True:
+            frames.append(inbox.get_nowait())
+    except queue.Empty:
+        return frames
+
+
+def _ingest(learner: Any, frame: Frame) -> None:
+    from vnd_core.learner.records import TickRecords
+
+    learner.ingest(TickRecords.from_arrays(frame.arrays))
 
 
 def _enter_idle_class() -> None:

@@ -210,7 +210,11 @@ def vnd_losses(
         # "residual without latent" of the re-fitting baseline, trained exactly like ours.
         z = batch.context.new_zeros(batch.context.shape[0], model.latent_dim)
     else:
-        z = model.encoder(batch.context)  # (B, nz)
+        contexts = batch.context
+        if partner_context is not None:  # one encoder pass for both (per-op overhead)
+            contexts = torch.cat([contexts, partner_context])
+        latents = model.encoder(contexts)  # (B or 2B, nz)
+        z = latents[: len(batch.context)]  # (B, nz)
     predicted = model.residual.normalized(batch.inputs, z[:, None, :])  # (B, K, 12)
     target = batch.targets / model.residual.target_std
     residual = residual_huber(predicted, target, config.huber_delta)
@@ -220,7 +224,7 @@ def vnd_losses(
         rec = reconstruction_l2(model.decoder(z), model.encoder.normalizer(batch.context))
         mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
         if partner_context is not None:
-            slow = (model.encoder(partner_context) - z).square().sum(-1).mean()
+            slow = (latents[len(z) :] - z).square().sum(-1).mean()
     total = (
         residual
         + config.lambda_rec * rec

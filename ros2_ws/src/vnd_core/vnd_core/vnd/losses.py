@@ -94,13 +94,15 @@ def velocity_sensitivity_penalty(
     a few 0.01 per tick next to nothing. Body rates and rate commands are left free: the
     residual needs them for the rate loop's lag, which the prior does not have.
     """
-    x = inputs.detach().requires_grad_(True)
-    dv = correction(x)[..., 6:9]
+    # One backward pass for the three Jacobian rows: copy i of the inputs carries only the
+    # gradient of velocity component i (three backward passes cost about three times the
+    # per-op overhead that dominates a fit step of this small network).
+    x = inputs.detach().expand(3, *inputs.shape).clone().requires_grad_(True)  # (3, ..., 16)
+    dv = correction(x)[..., 6:9]  # (3, ..., 3)
+    own = sum(dv[i, ..., i].sum() for i in range(3))
+    (rows,) = torch.autograd.grad(own, x, create_graph=True)  # row i of every Jacobian
     scale = x.new_zeros(x.shape[-1])
     scale[0:3] = 1.0  # velocity (per tick)
     scale[3:9] = 1.0 / (GRAVITY_MPS2 * dt_s)  # 6-D attitude
     scale[12] = mass_kg / dt_s  # collective thrust
-    rows = [
-        torch.autograd.grad(dv[..., i].sum(), x, create_graph=True)[0] * scale for i in range(3)
-    ]
-    return torch.stack(rows, dim=-2).square().sum(dim=(-1, -2)).mean()
+    return (rows * scale).square().sum(dim=(0, -1)).mean()
