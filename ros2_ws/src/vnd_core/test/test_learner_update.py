@@ -227,7 +227,7 @@ def test_a_refine_polls_but_runs_to_the_end_when_nothing_new_arrives():
     learner.ingest(wind)
     polls: list[int] = []
     result = learner.update(poll=lambda: polls.append(1))
-    assert result.accepted and not result.preempted and len(polls) >= 2  # fit and training
+    assert result.accepted and not result.preempted and len(polls) >= 1  # while fitting
 
 
 def test_unexplained_windows_are_judged_once_as_the_replay_grows():

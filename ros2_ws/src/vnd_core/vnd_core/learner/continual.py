@@ -380,10 +380,13 @@ class ContinualLearner:
 
         A refine (an update whose data hold nothing new to the active model) calls ``poll``
         at its progress points; ``poll`` may :meth:`ingest` the ticks that arrived meanwhile.
-        When those hold ``min_unexplained_ticks`` of flight the active model does not explain,
-        the refine is abandoned (``preempted``, not a rejection): the update that learns the
-        new condition also refines what the refine would have, and starts a whole cycle
-        sooner (in the demo the refine of wind A held the core for the first 17 s of wind B).
+        When those hold ``min_unexplained_ticks`` of flight the active model does not explain
+        while the refine is still fitting its model, the refine is abandoned (``preempted``,
+        not a rejection) and the update that learns the new condition starts a cycle sooner.
+        Once its policy trains, a refine runs to the end: it lands within half a cycle, and
+        the next update builds on it (measured in the demo: an update that learned wind B from
+        the model that had only wind A's first 5 s flew the returning wind A at 0.072 m, against
+        0.035-0.040 m when the refine of wind A had landed first).
         """
         start = time.perf_counter()
         self._last_update_s, self.new_ticks = self._now_s, 0
@@ -690,8 +693,7 @@ class _Progress:
         if self.callback is not None:
             low, high = _STAGE_SPAN[stage]
             self.callback(stage, low + (high - low) * min(max(fraction, 0.0), 1.0))
-        # not once validating: a refine that far costs a second or two more to finish
-        if stage != "validate" and self.preempt_when is not None and self.preempt_when():
+        if stage == "fit" and self.preempt_when is not None and self.preempt_when():
             raise _PreemptedError
 
 
