@@ -376,7 +376,7 @@ def test_sensitivity_penalty_equals_the_full_jacobian_of_a_nonlinear_correction(
             for x in inputs.reshape(-1, 16)
         ]
     ).mean()
-    assert float(got) == pytest.approx(float(want), rel=1e-3)
+    assert got.item() == pytest.approx(want.item(), rel=1e-3)
     # differentiable in the network's weights (it is a training loss)
     got.backward()
     assert net[0].weight.grad is not None and net[0].weight.grad.abs().sum() > 0
