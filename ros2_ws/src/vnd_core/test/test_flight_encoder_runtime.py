@@ -86,7 +86,8 @@ def test_gap_and_unpaired_commands_break_the_context():
     assert est.valid
     last = est.newest_stamp_ns
     assert not est.break_on_gap(last + 40_000_000)
-    assert est.break_on_gap(last + 50_000_000) and not est.valid
+    assert not est.break_on_gap(last + 50_000_000) and est.valid  # may be our own lateness
+    assert est.break_on_gap(last + 70_000_000) and not est.valid  # still nothing new: a gap
     assert est.add_command(123, np.ones(4)) is False
     assert est.counters.totals[UNPAIRED_COMMAND] == 1
     nan_state = np.full(13, np.nan)
@@ -95,6 +96,21 @@ def test_gap_and_unpaired_commands_break_the_context():
     for k in range(C + 10, 2 * C + 14):  # refills after the gap (C + 1 + d entries)
         feed(est, k, rng)
     assert est.valid and est.all_counters()["gap"] == 1
+
+
+def test_a_late_gap_check_keeps_the_window_the_waiting_messages_continue():
+    rng = np.random.default_rng(3)
+    est = LatentEstimator(max_gap_ms=45.0)
+    est.set_model(make_model())
+    for k in range(C + 5):
+        feed(est, k, rng)
+    # the process was held up for 60 ms: its timer runs before the messages that waited
+    assert not est.break_on_gap(est.newest_stamp_ns + 60_000_000)
+    for k in range(C + 5, C + 8):  # ... which continue the window, 20 ms apart
+        feed(est, k, rng)
+        assert est.valid
+    assert not est.break_on_gap(est.newest_stamp_ns + 10_000_000)
+    assert "gap" not in est.all_counters()
 
 
 @pytest.mark.parametrize("new_len", [C, C + 2])

@@ -3,10 +3,11 @@
 Event-driven: every ``vnd/command`` names (by its header stamp) the odometry it answers; the
 node pairs it with that odometry sample, advances the context window and publishes
 ``vnd/latent`` at once, so the policy's next tick has a latent for the newest state. A timer
-(``gap_check_period_s``) breaks the context when commands stop and announces an invalid
-latent. ``valid`` is false until the window holds C transitions (C = the bundle's context
-length), after a gap, and always for a bundle without a VND model (z empty then); the
-``encoder_version`` is the active bundle's version in every case.
+(``gap_check_period_s``) breaks the context when commands stop (no new entry at two checks in
+a row: one late check is this node's own delay) and announces an invalid latent. ``valid``
+is false until the window holds C transitions (C = the bundle's context length), after a gap,
+and always for a bundle without a VND model (z empty then); the ``encoder_version`` is the
+active bundle's version in every case.
 
 Bundles arrive like the policy's: ``vnd/model`` (learner) and ``vnd/checkpoint/command``
 (operator), loaded and checked off the callback thread, swapped between two messages and

@@ -58,6 +58,7 @@ class LatentEstimator:
         # actions of the newest transitions of the window, oldest first (d + 1 of them)
         self._actions: deque[np.ndarray] = deque(maxlen=1)
         self._last_state: np.ndarray | None = None  # newest state in the buffer
+        self._stale_entry_ns: int | None = None  # newest entry found stale at the last gap check
 
     @property
     def context_len(self) -> int:
@@ -139,10 +140,23 @@ class LatentEstimator:
 
     def break_on_gap(self, now_ns: int) -> bool:
         """Clear the context when its newest entry is older than the gap limit at ``now_ns``
-        (the command stream stopped); True when it was cleared now."""
+        and already was at the previous call with no entry since (the command stream
+        stopped); True when it was cleared now.
+
+        One stale call is not enough: it is what a late call looks like when this process was
+        itself held up (a bundle swap, a busy core) while the commands that continue the
+        window wait, untaken, behind the timer. Clearing then threw away a window the next
+        messages would have continued: 0.45 s of invalid latents (z = 0) under wind. A real
+        gap inside the stream still breaks the window at once, by the entries' own stamps
+        (:class:`ContextBuffer`)."""
         last = self.buffer.last_stamp_ns
         if last is None or now_ns - last <= self.max_gap_ms * 1e6:
+            self._stale_entry_ns = None
             return False
+        if self._stale_entry_ns != last:  # first call that finds this entry stale
+            self._stale_entry_ns = last
+            return False
+        self._stale_entry_ns = None
         self.buffer.clear()
         self.buffer.counters.count(BREAK_GAP)
         self._rows.clear()
