@@ -75,6 +75,24 @@ def test_idle_until_odometry_and_action_then_policy_takes_over_from_hover() -> N
     assert LIMIT_SLEW in out.reasons
 
 
+def test_only_a_step_past_the_limit_counts_as_slew_limited() -> None:
+    safety = SafetyFilter(VEHICLE)
+    action = HOVER + np.array([0.1, 0.3, -0.7, 0.1])
+    safety.step(0, hover_state(), 0, action)
+    rng = np.random.default_rng(0)
+    # small float64 steps of rates around zero (as the policy gives them): base + (out - base)
+    # is not out for about 12 % of such values per component
+    for k in range(1, 100):
+        action = HOVER + 0.5 * (action - HOVER) + rng.normal(0.0, 0.4, 4) * [1.0, 1.0, 1.0, 0.1]
+        out = safety.step(k * TICK_NS, hover_state(), k * TICK_NS, action)
+        assert LIMIT_SLEW not in out.reasons and np.array_equal(out.action, action)
+    jump = action + np.array([0.0, 5.0, 0.2, 0.0])  # one body rate past the 3 rad/s step
+    out = safety.step(100 * TICK_NS, hover_state(), 100 * TICK_NS, jump)
+    assert LIMIT_SLEW in out.reasons
+    step = safety.config.max_rate_step_radps
+    np.testing.assert_allclose(out.action, action + np.array([0.0, step, 0.2, 0.0]), atol=1e-6)
+
+
 def test_stale_odometry_switches_to_fallback_within_one_tick_then_lands() -> None:
     config = SafetyConfig(hold_timeout_s=1.0, blind_land_margin_s=1.0)
     safety = flying(config)

@@ -383,7 +383,11 @@ class SafetyFilter:
         # Taking over from motors-off (IDLE / DISARMED) starts the slew from hover, as when
         # offboard control is handed over in flight; ramping from zero thrust would drop it.
         base = self._hover_action if not self.last_output.any() else self.last_output
-        slewed = base + np.clip(out - base, -self._step, self._step)
-        if np.any(slewed != out):
-            limits.append(LIMIT_SLEW)
-        return slewed, limits
+        # Only the components past the step change: ``base + (out - base)`` is not ``out`` for
+        # about 12 % of the policy's (float64) rates, and comparing it with ``out`` counted
+        # 57 % of a demo's ticks as slew-limited when none came near the limit.
+        over = np.abs(out - base) > self._step
+        if not over.any():
+            return out, limits
+        limits.append(LIMIT_SLEW)
+        return np.where(over, base + np.clip(out - base, -self._step, self._step), out), limits
