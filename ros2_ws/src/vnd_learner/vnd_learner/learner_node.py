@@ -99,7 +99,7 @@ class LearnerNode(Node):
         self.LearnerStatus = get_message("vnd_msgs/msg/LearnerStatus")
         self.state, self.message = STATE_COLLECTING, "starting"
         self.latest_version = 0
-        self.updates_accepted = self.updates_rejected = self.updates_preempted = 0
+        self.updates_accepted = self.updates_rejected = 0
         self.last_update_duration_s = 0.0
         self.duplicates = 0
         self.store_failures = 0
@@ -272,7 +272,6 @@ class LearnerNode(Node):
         self.last_update_duration_s = float(meta.get("total_s") or 0.0)
         payload = frame.blobs.get("bundle")
         if meta.get("preempted"):  # a refine gave way to a new condition: not a rejection
-            self.updates_preempted += 1
             self._set_state(STATE_COLLECTING, str(meta.get("reason", "refine preempted")))
             self.get_logger().info(self.message)
             return

@@ -15,6 +15,9 @@ enough new data and time have passed and the new flight is worth learning from (
    range and faded out away from the data: :mod:`policy_update`);
 4. validate (:mod:`validation`) and either emit bundle ``active.version + 1`` (which becomes
    the active one) or reject it with a reason, leaving the active bundle in place.
+
+A refine (an update whose data hold nothing new to the active model) gives way to a new
+condition that begins while it fits its model (:meth:`ContinualLearner.update`).
 """
 
 from __future__ import annotations
@@ -687,7 +690,7 @@ class _Progress:
 
     def __init__(self, callback: UpdateProgress | None):
         self.callback = callback
-        self.preempt_when: Callable[[], bool] | None = None  # checked at every progress point
+        self.preempt_when: Callable[[], bool] | None = None  # checked while the model fits
 
     def __call__(self, stage: str, fraction: float) -> None:
         if self.callback is not None:
