@@ -77,13 +77,19 @@ def test_latent_equals_encode_of_the_window(delay):
     np.testing.assert_allclose(est.latent(), expected, atol=1e-6)
 
 
-def test_gap_and_unpaired_commands_break_the_context():
-    rng = np.random.default_rng(2)
+def flying_estimator(rng: np.random.Generator) -> LatentEstimator:
+    """An estimator with a model and a full window: C + 5 ticks fed (45-ms gap limit)."""
     est = LatentEstimator(max_gap_ms=45.0)
     est.set_model(make_model())
     for k in range(C + 5):
         feed(est, k, rng)
     assert est.valid
+    return est
+
+
+def test_gap_and_unpaired_commands_break_the_context():
+    rng = np.random.default_rng(2)
+    est = flying_estimator(rng)
     last = est.newest_stamp_ns
     assert not est.break_on_gap(last + 40_000_000)
     assert not est.break_on_gap(last + 50_000_000) and est.valid  # may be our own lateness
@@ -100,10 +106,7 @@ def test_gap_and_unpaired_commands_break_the_context():
 
 def test_a_late_gap_check_keeps_the_window_the_waiting_messages_continue():
     rng = np.random.default_rng(3)
-    est = LatentEstimator(max_gap_ms=45.0)
-    est.set_model(make_model())
-    for k in range(C + 5):
-        feed(est, k, rng)
+    est = flying_estimator(rng)
     # the process was held up for 60 ms: its timer runs before the messages that waited
     assert not est.break_on_gap(est.newest_stamp_ns + 60_000_000)
     for k in range(C + 5, C + 8):  # ... which continue the window, 20 ms apart
