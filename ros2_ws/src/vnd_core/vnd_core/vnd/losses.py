@@ -82,7 +82,8 @@ def velocity_sensitivity_penalty(
     """Mean squared sensitivity of the velocity correction to velocity, attitude and thrust.
 
     ``correction(inputs)`` (..., 12) is the residual in physical units for dynamics inputs
-    ``inputs`` (..., 16) (see :func:`vnd_core.vnd.features.dynamics_input`). Flight data are
+    ``inputs`` (..., 16) (see :func:`vnd_core.vnd.features.dynamics_input`); it is called once
+    on (3, ..., 16), so it must broadcast over a leading dimension. Flight data are
     closed-loop and confounded: in level flight the vertical velocity is only measurement noise,
     and the best fit of such data damps it by most of itself each tick (measured: -0.8 per
     tick), while thrust and tilt move with the state that the policy answers. A model that has
