@@ -1,10 +1,14 @@
-"""PolicyController: latent gating by version, references, swaps and faults of one tick."""
+"""PolicyController: latent gating by version, references, swaps and faults of one tick, and
+the tick rehearsal (cache warming) that must leave no trace."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import torch
+import transforms3d
 from vnd_core.bundle import Bundle
 from vnd_core.flight.controller import (
     LATENT_INVALID,
@@ -15,8 +19,9 @@ from vnd_core.flight.controller import (
     PolicyController,
     ReferenceRunner,
 )
+from vnd_core.flight.rehearsal import StateSnapshot
 from vnd_core.flight.safety import Mode, SafetyConfig
-from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner
+from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner, _attitude_columns
 from vnd_core.reference import ReferenceSpec
 from vnd_core.vehicle import load_vehicle
 
@@ -154,3 +159,99 @@ def test_rearm_starts_over_like_a_restarted_node(vehicle):
     assert record.mode == fresh.mode == Mode.POLICY
     np.testing.assert_array_equal(record.reference, fresh.reference)  # reference time 0 again
     np.testing.assert_array_equal(record.action, fresh.action)  # same history: hover
+
+
+# ---------------------------------------------------------------- rehearsal (cache warming)
+
+
+def flight_inputs(n_ticks: int, seed: int) -> list[tuple[int, np.ndarray, int]]:
+    """(now, state, stamp) per tick: a wobbling hover with a NaN sample, a stretch of stale
+    odometry (fallback hold, then landing after the short hold timeout) and a fence breach."""
+    rng = np.random.default_rng(seed)
+    inputs, stamp = [], T0_NS
+    for k in range(n_ticks):
+        now = T0_NS + k * PERIOD_NS
+        state = hover_state(1.0 + 0.05 * math.sin(0.3 * k))
+        state[:3] += 0.02 * rng.standard_normal(3)
+        state[7:10] = 0.1 * rng.standard_normal(3)
+        if 60 <= k < 75:
+            state[0] = 9.0  # outside the geofence
+        if k == 20:
+            state[5] = float("nan")
+        if not 120 <= k < 260:  # odometry stops for 2.8 s: hold, then land blind
+            stamp = now
+        inputs.append((now, state, stamp))
+    return inputs
+
+
+def fly(vehicle, rehearse: bool, seed: int = 0) -> tuple[list, dict, PolicyController]:
+    config = SafetyConfig(hold_timeout_s=1.0, recovery_s=0.2)
+    ctl = PolicyController.create(vehicle, config, ReferenceSpec(kind="figure8"))
+    bundle = bundle_of(vehicle, 4)
+    z = np.linspace(-0.5, 0.5, 8).astype(np.float32)
+    records = []
+    for k, (now, state, stamp) in enumerate(flight_inputs(320, seed)):
+        latent = LatentSample(now, 4, k % 7 != 0, z)
+        if rehearse:  # as the node does: on the previous sample, shortly before the tick
+            ctl.rehearse(now - 2_500_000, state, stamp, bundle, latent)
+        records.append(ctl.tick(now, state, stamp, bundle, latent))
+    return records, ctl.all_counters(), ctl
+
+
+def test_rehearsal_changes_nothing_through_faults_hold_and_landing(vehicle):
+    plain, plain_counts, plain_ctl = fly(vehicle, rehearse=False)
+    rehearsed, rehearsed_counts, rehearsed_ctl = fly(vehicle, rehearse=True)
+    modes = {r.mode for r in plain}
+    assert {Mode.POLICY, Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND} <= modes  # the path is covered
+    for a, b in zip(plain, rehearsed, strict=True):
+        assert a.mode == b.mode and a.reasons == b.reasons
+        np.testing.assert_array_equal(a.action, b.action)
+        np.testing.assert_array_equal(a.z, b.z)
+    assert plain_counts == rehearsed_counts
+    prev_plain = plain_ctl._runner.prev_actions
+    prev_rehearsed = rehearsed_ctl._runner.prev_actions
+    for a, b in zip(prev_plain, prev_rehearsed, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_rehearsal_returns_the_tick_it_would_run(vehicle):
+    ctl = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="circle"))
+    bundle = bundle_of(vehicle, 1)
+    assert ctl.rehearse(T0_NS, hover_state(), T0_NS, bundle, None) is None  # not flying it yet
+    ctl.tick(T0_NS, hover_state(), T0_NS, bundle, None)
+    now = T0_NS + PERIOD_NS
+    rehearsed = ctl.rehearse(now, hover_state(1.1), now, bundle, None)
+    real = ctl.tick(now, hover_state(1.1), now, bundle, None)
+    np.testing.assert_array_equal(rehearsed.action, real.action)
+    assert ctl.rehearse(now, hover_state(), now, bundle_of(vehicle, 2), None) is None  # swap
+
+
+def test_snapshot_restores_nested_containers_and_removes_added_attributes():
+    class Thing:
+        def __init__(self):
+            self.array = np.zeros(3)
+            self.items = [1, 2]
+            self.table = {"a": 1}
+
+    thing = Thing()
+    snapshot = StateSnapshot([thing])
+    thing.array[0] = 5.0
+    thing.items.append(3)
+    thing.table["b"] = 2
+    thing.extra = "new"
+    snapshot.restore()
+    assert not thing.array.any() and thing.items == [1, 2] and thing.table == {"a": 1}
+    assert not hasattr(thing, "extra")
+    thing.array[1] = 1.0  # the snapshot keeps its own copy: a second restore still works
+    snapshot.restore()
+    assert not thing.array.any()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_attitude_columns_match_quat2mat(seed):
+    quat = np.random.default_rng(seed).standard_normal(4) * 3.0  # not normalised
+    expected = transforms3d.quaternions.quat2mat(quat / np.linalg.norm(quat))
+    np.testing.assert_allclose(
+        _attitude_columns(quat), np.concatenate([expected[:, 0], expected[:, 1]]), atol=1e-12
+    )
+    assert np.isnan(_attitude_columns(np.zeros(4))).all()

@@ -18,7 +18,6 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-import transforms3d
 from torch import nn
 
 from vnd_core.nn import Normalizer, mlp
@@ -369,7 +368,7 @@ class PolicyRunner:
     """Batch-1 control-loop wrapper: numpy state in, numpy CTBR out, previous actions kept.
 
     ``act`` builds the same observation as :meth:`ObservationBuilder.build` with numpy and
-    transforms3d and evaluates the network from a float64 numpy export of its weights, taken at
+    scalar arithmetic and evaluates the network from a float64 numpy export of its weights, taken at
     construction (create a new runner after changing the weights, e.g. on a bundle swap). At
     batch 1 a numpy matrix-vector product costs about a microsecond, a torch op several; the
     tests check the export against the torch module.
@@ -399,14 +398,12 @@ class PolicyRunner:
         """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``."""
         ref = self.reference_at(t_s)
         p = state[POS]
-        rot = transforms3d.quaternions.quat2mat(state[QUAT] / np.linalg.norm(state[QUAT]))
         parts = [
             p - ref[0, 0],
             state[VEL] - ref[1, 0],
             (ref[0, 1:] - p).ravel(),
             ref[2, 0],
-            rot[:, 0],
-            rot[:, 1],
+            _attitude_columns(state[QUAT]),
             state[OMEGA],
             *[(a - self._a_offset) / self._a_scale for a in self.prev_actions],
             np.zeros(self.policy.latent_dim) if z is None else z,
@@ -428,6 +425,25 @@ class PolicyRunner:
         if self.prev_actions:
             self.prev_actions = [action, *self.prev_actions[:-1]]
         return action
+
+
+def _attitude_columns(quat: np.ndarray) -> np.ndarray:
+    """First two columns (6,) of the rotation matrix of quaternion (4,) w x y z (normalised
+    here), as ``transforms3d.quaternions.quat2mat(q)[:, :2]`` column by column: one small
+    array from scalar arithmetic instead of a 3x3 matrix (tests check they agree)."""
+    w, x, y, z = (float(v) for v in quat)
+    norm2 = w * w + x * x + y * y + z * z
+    s = 2.0 / norm2 if norm2 > 0.0 else math.nan  # no rotation: the policy output is NaN
+    return np.array(
+        [
+            1.0 - s * (y * y + z * z),
+            s * (x * y + w * z),
+            s * (x * z - w * y),
+            s * (x * y - w * z),
+            1.0 - s * (x * x + z * z),
+            s * (y * z + w * x),
+        ]
+    )
 
 
 def _export_layers(policy: PolicyNet) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -97,6 +97,9 @@ class PolicyNodeConfig:
     )
     watchdog_period_s: float = param(0.002, "period of the watchdog / swap timer (s)")
     tick_margin_s: float = param(0.006, "watchdog ticks after period + this without a tick (s)")
+    rehearsal_lead_s: float = param(
+        0.0025, "rehearse the tick (cache warming) this long before odometry is due (s); 0 = off"
+    )
     latent_max_age_s: float = param(0.1, "a latent older than this is not used (s)")
     smoke_budget_us: float = param(2000.0, "bundle check: median inference time limit (us)")
     startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
@@ -134,6 +137,7 @@ class PolicyNode(Node):
         self.latency = LatencyWindow()
         self.tick_count = 0
         self.odom: tuple[np.ndarray, int] | None = None  # latest (state (13,), stamp ns)
+        self.odom_msg = None  # the message of self.odom (rehearsal re-reads it)
         self.latent: LatentSample | None = None
         self.last_tick_mono_ns: int | None = None
         self.ticked_stamp_ns: int | None = None  # odometry stamp the last tick used
@@ -174,6 +178,15 @@ class PolicyNode(Node):
         for type_name, topic, callback, qos in subscriptions:
             self.create_subscription(msg(type_name), topic, callback, qos)
         self.create_timer(self.cfg.watchdog_period_s, self.on_watchdog)
+        self.rehearsal_timer = None
+        if not 0.0 <= self.cfg.rehearsal_lead_s < self.cfg.safety.period_s:
+            raise ValueError(
+                f"rehearsal_lead_s must be in [0, {self.cfg.safety.period_s}) s, "
+                f"got {self.cfg.rehearsal_lead_s}"
+            )
+        if self.cfg.rehearsal_lead_s > 0.0:
+            rehearse_after_s = self.cfg.safety.period_s - self.cfg.rehearsal_lead_s
+            self.rehearsal_timer = self.create_timer(rehearse_after_s, self.on_rehearse)
         self.create_timer(self.cfg.status_period_s / 2, self.on_status_timer)
 
     # ------------------------------------------------------------------ inputs
@@ -190,6 +203,7 @@ class PolicyNode(Node):
             self.counters.count(ODOM_OUT_OF_ORDER)
             return
         self.odom = (state, stamp)
+        self.odom_msg = msg
         last = self.ticked_stamp_ns
         if last is None or stamp - last >= self.cfg.min_tick_interval_s * NS_PER_S:
             self.tick(fresh=True)
@@ -250,25 +264,38 @@ class PolicyNode(Node):
         self.counters.count(WATCHDOG_TICK)
         self.tick(fresh=False)
 
+    def on_rehearse(self) -> None:
+        """Cache warming (``vnd_core.flight.rehearsal``): run the next tick's path on the
+        newest odometry with every effect undone and nothing published, a lead time before
+        the next sample is due (the timer restarts at every odometry tick)."""
+        if self.odom is None:
+            return
+        odometry_state(self.odom_msg)
+        state, odom_stamp_ns = self.odom
+        now_ns = self.get_clock().now().nanoseconds
+        record = self.controller.rehearse(
+            now_ns, state, odom_stamp_ns, self.bundles.active, self.latent
+        )
+        if record is None:
+            return
+        for msg in (self.command(record, odom_stamp_ns), self.transition(record, odom_stamp_ns)):
+            serialize = getattr(msg, "serialize", None)  # the dds backend's codec; rclpy: in C
+            if serialize is not None:
+                serialize()
+
     def tick(self, fresh: bool) -> None:
         """One control tick on the newest odometry; ``fresh`` when a new sample triggered it."""
         self.last_tick_mono_ns = time.monotonic_ns()
         self._schedule_watchdog(fresh)
+        if fresh and self.rehearsal_timer is not None:
+            self.rehearsal_timer.reset()
         state, odom_stamp_ns = self.odom
         self.ticked_stamp_ns = odom_stamp_ns
         now_ns = self.get_clock().now().nanoseconds
         record = self.controller.tick(
             now_ns, state, odom_stamp_ns, self.bundles.active, self.latent
         )
-        command = self.CtbrCommand(
-            thrust_n=float(record.action[0]),
-            body_rate_radps=record.action[1:].tolist(),
-            mode=int(record.mode),
-            policy_version=record.policy_version,
-        )
-        set_stamp(command.header.stamp, odom_stamp_ns)
-        command.header.frame_id = self.cfg.body_frame
-        self.command_pub.publish(command)
+        self.command_pub.publish(self.command(record, odom_stamp_ns))
         published_ns = self.get_clock().now().nanoseconds
         if fresh:
             self.latency.add_ns(published_ns - odom_stamp_ns)
@@ -291,6 +318,18 @@ class PolicyNode(Node):
             self.watchdog_due_ns = now_ns + self.period_ns + margin_ns
         else:
             self.watchdog_due_ns = max(self.watchdog_due_ns + self.period_ns, now_ns + 1)
+
+    def command(self, record: TickRecord, odom_stamp_ns: int):
+        """The vnd/command message of one tick."""
+        command = self.CtbrCommand(
+            thrust_n=float(record.action[0]),
+            body_rate_radps=record.action[1:].tolist(),
+            mode=int(record.mode),
+            policy_version=record.policy_version,
+        )
+        set_stamp(command.header.stamp, odom_stamp_ns)
+        command.header.frame_id = self.cfg.body_frame
+        return command
 
     def transition(self, record: TickRecord, odom_stamp_ns: int):
         """The vnd/replay record of one tick."""

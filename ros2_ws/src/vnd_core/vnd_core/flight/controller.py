@@ -23,6 +23,7 @@ import numpy as np
 from vnd_core.bundle import Bundle
 from vnd_core.flight import arming
 from vnd_core.flight.arming import ArmingReply, Odometry
+from vnd_core.flight.rehearsal import StateSnapshot
 from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter
 from vnd_core.flight.stats import NS_PER_S, ReasonCounter
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
@@ -220,6 +221,29 @@ class PolicyController:
             policy_version=version,
             encoder_version=latent.encoder_version if latent is not None else 0,
         )
+
+    def rehearse(
+        self,
+        now_ns: int,
+        state: np.ndarray,
+        stamp_ns: int,
+        bundle: Bundle | None,
+        latent: LatentSample | None,
+    ) -> TickRecord | None:
+        """Run :meth:`tick` and undo all it changed (cache warming, see
+        ``vnd_core.flight.rehearsal``); returns its record, or None without running when
+        ``bundle`` is not the one the controller flies (the next tick rebuilds the runner
+        anyway, and rebuilding it twice would cost more than warming saves)."""
+        if bundle is not self._bundle:
+            return None
+        parts = [self, self.counters, *self.safety.stateful_parts()]
+        if self._runner is not None:
+            parts.append(self._runner)
+        snapshot = StateSnapshot(parts)
+        try:
+            return self.tick(now_ns, state, stamp_ns, bundle, latent)
+        finally:
+            snapshot.restore()
 
     def all_counters(self) -> dict[str, int]:
         """Controller and safety-filter counters by reason."""

@@ -218,6 +218,11 @@ class SafetyFilter:
         self.last_output = out
         return SafetyOutput(action=out.copy(), mode=self.mode, reasons=(*faults, *limits))
 
+    def stateful_parts(self) -> list[object]:
+        """This filter and the objects whose attributes change as it steps (for
+        :class:`vnd_core.flight.rehearsal.StateSnapshot`; the fallback controller keeps none)."""
+        return [self, self.counters, self._planner, self._reckoner]
+
     def disarm(self, now_ns: int) -> None:
         """Operator kill: cut thrust from the next tick on, until :meth:`rearm`."""
         self._switch(Mode.DISARMED, now_ns)
@@ -264,7 +269,7 @@ class SafetyFilter:
         return []
 
     def _outside_fence(self, position_m: np.ndarray) -> bool:
-        return bool(np.any(position_m < self._fence_min) or np.any(position_m > self._fence_max))
+        return bool(((position_m < self._fence_min) | (position_m > self._fence_max)).any())
 
     # ------------------------------------------------------------------ mode machine
 
@@ -377,8 +382,9 @@ class SafetyFilter:
         out[0] = min(max(out[0], v.thrust_min_n), v.thrust_max_n)
         if out[0] != target[0]:
             limits.append(LIMIT_THRUST)
-        out[1:] = np.clip(out[1:], -self._rate_max, self._rate_max)
-        if np.any(out[1:] != target[1:]):
+        # ufuncs, not np.clip / np.any: their Python wrappers cost more than the arithmetic
+        out[1:] = np.minimum(np.maximum(out[1:], -self._rate_max), self._rate_max)
+        if (out[1:] != target[1:]).any():
             limits.append(LIMIT_RATE)
         # Taking over from motors-off (IDLE / DISARMED) starts the slew from hover, as when
         # offboard control is handed over in flight; ramping from zero thrust would drop it.
@@ -390,4 +396,5 @@ class SafetyFilter:
         if not over.any():
             return out, limits
         limits.append(LIMIT_SLEW)
-        return np.where(over, base + np.clip(out - base, -self._step, self._step), out), limits
+        stepped = base + np.minimum(np.maximum(out - base, -self._step), self._step)
+        return np.where(over, stepped, out), limits
