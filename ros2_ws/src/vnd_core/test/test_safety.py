@@ -280,6 +280,34 @@ def test_output_is_always_finite_clamped_and_slew_limited(ticks) -> None:
         previous = out.action
 
 
+def limit_reference(vehicle, config, target, previous):
+    """The limiting rule in vector form: clamp to the box, then step at most the slew limit
+    from the previous output (hover after motors-off) on the components past it."""
+    rate_max = np.array(vehicle.body_rate_max_radps)
+    low = np.array([vehicle.thrust_min_n, *(-rate_max)])
+    high = np.array([vehicle.thrust_max_n, *rate_max])
+    step = np.array([config.max_thrust_step_n, *[config.max_rate_step_radps] * 3])
+    clamped = np.clip(target, low, high)
+    base = previous if previous.any() else np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
+    over = np.abs(clamped - base) > step
+    return np.where(over, base + np.clip(clamped - base, -step, step), clamped), over.any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.tuples(*[st.floats(-60.0, 60.0)] * 4),
+    st.one_of(st.just((0.0,) * 4), st.tuples(*[st.floats(-8.0, 8.0)] * 4)),
+)
+def test_scalar_limit_equals_the_vector_rule(target, previous) -> None:
+    config = SafetyConfig()
+    safety = SafetyFilter(VEHICLE, config)
+    safety.last_output = np.clip(previous, -VEHICLE.thrust_max_n, VEHICLE.thrust_max_n)
+    expected, slewed = limit_reference(VEHICLE, config, np.array(target), safety.last_output)
+    out, limits = safety._limit(np.array(target))
+    np.testing.assert_array_equal(out, expected)
+    assert (LIMIT_SLEW in limits) == slewed
+
+
 # Run-time statistics the control node reports next to the safety counters (flight/stats.py;
 # kept here because the helper's file list has no test_stats.py).
 

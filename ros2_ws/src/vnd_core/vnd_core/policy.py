@@ -342,26 +342,33 @@ class PolicyNet(nn.Module):
 def reference_numpy(spec: ReferenceSpec, times_s: np.ndarray) -> np.ndarray:
     """Reference of ``spec`` at ``times_s`` (L,) -> (3, L, 3): position, velocity, acceleration.
 
-    The batch-1 numpy twin of :meth:`Trajectory.sample` (tests check they agree); a handful of
-    numpy calls instead of ~60 small torch ops on every control tick.
+    The batch-1 twin of :meth:`Trajectory.sample` (tests check they agree) for the control
+    tick, where L is 1 + the look-ahead count: scalar arithmetic and one array at the end,
+    because each small numpy call costs more than its arithmetic (several times more when the
+    tick's code has left the CPU caches, see ``vnd_core.flight.rehearsal``).
     """
     kind = KINDS.index(spec.kind)
     omega = 2.0 * math.pi / spec.period_s
-    phi = omega * times_s + spec.phase_rad
     amp = spec.amplitude_m
-    out = np.zeros((3, times_s.shape[0], 3))
-    if kind == 1:  # figure-eight (lemniscate of Gerono)
-        s1, c1, s2, c2 = np.sin(phi), np.cos(phi), np.sin(2 * phi), np.cos(2 * phi)
-        out[0, :, 0], out[0, :, 1] = amp * s1, 0.5 * amp * s2
-        out[1, :, 0], out[1, :, 1] = amp * omega * c1, amp * omega * c2
-        out[2, :, 0], out[2, :, 1] = -amp * omega**2 * s1, -2.0 * amp * omega**2 * s2
-    elif kind == 2:  # circle
-        s1, c1 = np.sin(phi), np.cos(phi)
-        out[0, :, 0], out[0, :, 1] = amp * c1, amp * s1
-        out[1, :, 0], out[1, :, 1] = -amp * omega * s1, amp * omega * c1
-        out[2, :, 0], out[2, :, 1] = -amp * omega**2 * c1, -amp * omega**2 * s1
-    out[0] += np.asarray(spec.center_m)
-    return out
+    cx, cy, cz = (float(c) for c in spec.center_m)
+    pos, vel, acc = [], [], []
+    for t in np.asarray(times_s, dtype=float).tolist():
+        phi = omega * t + spec.phase_rad
+        if kind == 1:  # figure-eight (lemniscate of Gerono)
+            s1, c1, s2, c2 = math.sin(phi), math.cos(phi), math.sin(2 * phi), math.cos(2 * phi)
+            pos.append((cx + amp * s1, cy + 0.5 * amp * s2, cz))
+            vel.append((amp * omega * c1, amp * omega * c2, 0.0))
+            acc.append((-amp * omega**2 * s1, -2.0 * amp * omega**2 * s2, 0.0))
+        elif kind == 2:  # circle
+            s1, c1 = math.sin(phi), math.cos(phi)
+            pos.append((cx + amp * c1, cy + amp * s1, cz))
+            vel.append((-amp * omega * s1, amp * omega * c1, 0.0))
+            acc.append((-amp * omega**2 * c1, -amp * omega**2 * s1, 0.0))
+        else:  # hover
+            pos.append((cx, cy, cz))
+            vel.append((0.0, 0.0, 0.0))
+            acc.append((0.0, 0.0, 0.0))
+    return np.array([pos, vel, acc]).reshape(3, len(pos), 3)
 
 
 class PolicyRunner:
@@ -381,6 +388,8 @@ class PolicyRunner:
         self._offsets_s = np.concatenate([[0.0], builder.lookahead_s.numpy()])
         self._a_offset = builder._a_offset.numpy().astype(np.float64)
         self._a_scale = builder._a_scale.numpy().astype(np.float64)
+        self._a_offset_list = self._a_offset.tolist()
+        self._a_scale_list = self._a_scale.tolist()
         self._layers = _export_layers(policy)
         self.reset()
 
@@ -395,20 +404,28 @@ class PolicyRunner:
         return reference_numpy(self.reference, t_s + self._offsets_s)
 
     def observe(self, state: np.ndarray, t_s: float, z: np.ndarray | None = None) -> np.ndarray:
-        """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``."""
-        ref = self.reference_at(t_s)
-        p = state[POS]
-        parts = [
-            p - ref[0, 0],
-            state[VEL] - ref[1, 0],
-            (ref[0, 1:] - p).ravel(),
-            ref[2, 0],
-            _attitude_columns(state[QUAT]),
-            state[OMEGA],
-            *[(a - self._a_offset) / self._a_scale for a in self.prev_actions],
-            np.zeros(self.policy.latent_dim) if z is None else z,
-        ]
-        return np.concatenate(parts)
+        """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``.
+
+        Built as one list of floats and converted once (see :func:`reference_numpy` for why).
+        """
+        ref_pos, ref_vel, ref_acc = self.reference_at(t_s).tolist()
+        s = np.asarray(state, dtype=float).tolist()
+        p = s[POS]
+        obs = [a - b for a, b in zip(p, ref_pos[0], strict=True)]
+        obs += [a - b for a, b in zip(s[VEL], ref_vel[0], strict=True)]
+        for ahead in ref_pos[1:]:
+            obs += [a - b for a, b in zip(ahead, p, strict=True)]
+        obs += ref_acc[0]
+        obs += _attitude_columns(s[QUAT])
+        obs += s[OMEGA]
+        offset, scale = self._a_offset_list, self._a_scale_list
+        for action in self.prev_actions:
+            obs += [(a - o) / c for a, o, c in zip(action.tolist(), offset, scale, strict=True)]
+        if z is None:
+            obs += [0.0] * self.policy.latent_dim
+        else:
+            obs += np.asarray(z, dtype=float).tolist()
+        return np.array(obs)
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         """CTBR (4,) of a raw observation (dim,), from the exported weights."""
@@ -427,23 +444,21 @@ class PolicyRunner:
         return action
 
 
-def _attitude_columns(quat: np.ndarray) -> np.ndarray:
-    """First two columns (6,) of the rotation matrix of quaternion (4,) w x y z (normalised
-    here), as ``transforms3d.quaternions.quat2mat(q)[:, :2]`` column by column: one small
-    array from scalar arithmetic instead of a 3x3 matrix (tests check they agree)."""
+def _attitude_columns(quat) -> list[float]:
+    """First two columns (6 floats) of the rotation matrix of quaternion ``quat`` (4 values
+    w x y z, normalised here), as ``transforms3d.quaternions.quat2mat(q)[:, :2]`` column by
+    column, from scalar arithmetic (tests check they agree)."""
     w, x, y, z = (float(v) for v in quat)
     norm2 = w * w + x * x + y * y + z * z
     s = 2.0 / norm2 if norm2 > 0.0 else math.nan  # no rotation: the policy output is NaN
-    return np.array(
-        [
-            1.0 - s * (y * y + z * z),
-            s * (x * y + w * z),
-            s * (x * z - w * y),
-            s * (x * y - w * z),
-            1.0 - s * (x * x + z * z),
-            s * (y * z + w * x),
-        ]
-    )
+    return [
+        1.0 - s * (y * y + z * z),
+        s * (x * y + w * z),
+        s * (x * z - w * y),
+        s * (x * y - w * z),
+        1.0 - s * (x * x + z * z),
+        s * (y * z + w * x),
+    ]
 
 
 def _export_layers(policy: PolicyNet) -> list[tuple[np.ndarray, np.ndarray]]:

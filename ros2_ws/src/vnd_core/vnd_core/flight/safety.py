@@ -167,10 +167,14 @@ class SafetyFilter:
         self._reckoner = DeadReckoner(vehicle)
         self._fence_min = np.array(c.geofence_min_m, dtype=float)
         self._fence_max = np.array(c.geofence_max_m, dtype=float)
-        self._rate_max = np.array(vehicle.body_rate_max_radps, dtype=float)
+        self._fence = tuple(zip(c.geofence_min_m, c.geofence_max_m, strict=True))  # per axis
         self._timeout_ns = round(c.odom_timeout_s * NS_PER_S)
-        self._step = np.array([c.max_thrust_step_n, *([c.max_rate_step_radps] * 3)])  # slew
-        self._hover_action = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
+        # Per-component (low, high) command bounds and slew steps, as floats: the per-tick
+        # limiting runs in scalar arithmetic (see _limit).
+        rate_max = [float(r) for r in vehicle.body_rate_max_radps]
+        self._bounds = ((vehicle.thrust_min_n, vehicle.thrust_max_n), *((-r, r) for r in rate_max))
+        self._steps = (c.max_thrust_step_n, *([c.max_rate_step_radps] * 3))
+        self._hover_action = (vehicle.hover_thrust_n, 0.0, 0.0, 0.0)
         self._reset_state(Mode.IDLE)
 
     def _reset_state(self, mode: Mode) -> None:
@@ -269,7 +273,8 @@ class SafetyFilter:
         return []
 
     def _outside_fence(self, position_m: np.ndarray) -> bool:
-        return bool(((position_m < self._fence_min) | (position_m > self._fence_max)).any())
+        axes = zip(position_m.tolist(), self._fence, strict=True)
+        return any(p < lo or p > hi for p, (lo, hi) in axes)
 
     # ------------------------------------------------------------------ mode machine
 
@@ -375,26 +380,31 @@ class SafetyFilter:
     def _limit(self, target: np.ndarray) -> tuple[np.ndarray, list[str]]:
         """Clamp ``target`` (4,) to the vehicle limits, then slew-limit it from the previous
         output. Both boxes are convex and the previous output lies in the first, so the
-        result satisfies both."""
+        result satisfies both.
+
+        Scalar arithmetic on four floats: numpy's per-call dispatch cost more than the
+        limiting itself, most of all on a tick whose code has left the CPU caches
+        (``vnd_core.flight.rehearsal``).
+        """
         limits = []
-        out = target.copy()
-        v = self.vehicle
-        out[0] = min(max(out[0], v.thrust_min_n), v.thrust_max_n)
-        if out[0] != target[0]:
+        wanted = target.tolist()
+        clamped = [min(max(x, lo), hi) for x, (lo, hi) in zip(wanted, self._bounds, strict=True)]
+        if clamped[0] != wanted[0]:
             limits.append(LIMIT_THRUST)
-        # ufuncs, not np.clip / np.any: their Python wrappers cost more than the arithmetic
-        out[1:] = np.minimum(np.maximum(out[1:], -self._rate_max), self._rate_max)
-        if (out[1:] != target[1:]).any():
+        if clamped[1:] != wanted[1:]:
             limits.append(LIMIT_RATE)
         # Taking over from motors-off (IDLE / DISARMED) starts the slew from hover, as when
         # offboard control is handed over in flight; ramping from zero thrust would drop it.
-        base = self._hover_action if not self.last_output.any() else self.last_output
+        last = self.last_output.tolist()
+        base = self._hover_action if not any(last) else last
         # Only the components past the step change: ``base + (out - base)`` is not ``out`` for
         # about 12 % of the policy's (float64) rates, and comparing it with ``out`` counted
         # 57 % of a demo's ticks as slew-limited when none came near the limit.
-        over = np.abs(out - base) > self._step
-        if not over.any():
-            return out, limits
-        limits.append(LIMIT_SLEW)
-        stepped = base + np.minimum(np.maximum(out - base, -self._step), self._step)
-        return np.where(over, stepped, out), limits
+        out, slewed = [], False
+        for x, b, step in zip(clamped, base, self._steps, strict=True):
+            if abs(x - b) > step:
+                x, slewed = b + min(max(x - b, -step), step), True
+            out.append(x)
+        if slewed:
+            limits.append(LIMIT_SLEW)
+        return np.array(out), limits
