@@ -270,7 +270,7 @@ class PolicyNode(Node):
         the next sample is due (the timer restarts at every odometry tick)."""
         if self.odom is None:
             return
-        odometry_state(self.odom_msg)
+        odometry_state(self.odom_msg)  # the message decode of on_odom (result not needed)
         state, odom_stamp_ns = self.odom
         now_ns = self.get_clock().now().nanoseconds
         record = self.controller.rehearse(
