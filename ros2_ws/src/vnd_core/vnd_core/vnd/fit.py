@@ -44,6 +44,11 @@ class FitConfig:
     lambda_slow: float = 3.0  # weight of the latent consistency term (see vnd_losses)
     lambda_sens: float = 10.0  # weight of the residual's input-sensitivity penalty (losses.py)
     slow_offset: int = 25  # partner windows start up to this many transitions later
+    # Onset windows: a share of each batch gets the older part of its context replaced by
+    # another window's, keeping only its newest 1..splice_max_recent transitions, so the
+    # latent must follow the newest transitions when a condition has just changed.
+    splice_fraction: float = 0.0  # share of each batch with a spliced context
+    splice_max_recent: int = 10  # most own (newest) transitions a spliced context keeps
     mmd_warmup_frac: float = 0.1  # fraction of steps with MMD weight 0
     mmd_ramp_frac: float = 0.4  # fraction of steps over which the MMD weight ramps up
     seed: int = 0  # seeds batch sampling, the prior samples and (cold start) the weights
@@ -61,6 +66,10 @@ class FitConfig:
             raise ValueError("batch_size must be >= 2 (the MMD needs pairs)")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.splice_fraction < 1.0:
+            raise ValueError(f"splice_fraction must be within [0, 1), got {self.splice_fraction}")
+        if self.splice_max_recent < 1:
+            raise ValueError(f"splice_max_recent must be >= 1, got {self.splice_max_recent}")
 
     @classmethod
     def quick(cls, **overrides) -> FitConfig:
@@ -144,6 +153,11 @@ def fit_vnd(
                 torch.randint(len(focused), (num_focused,), generator=generator)
             ]
         batch = dataset.gather(pick, model.context_len, config.horizon)
+        num_spliced = min(round(config.splice_fraction * config.batch_size), config.batch_size - 1)
+        if config.use_latent and num_spliced:
+            batch.context = splice_contexts(
+                dataset, starts, batch.context, num_spliced, config.splice_max_recent, generator
+            )
         partner = None
         if config.use_latent and config.lambda_slow > 0:
             later = dataset.partner_starts(
@@ -151,7 +165,7 @@ def fit_vnd(
             )
             partner = dataset.context(later, model.context_len)
         mmd_weight = schedule.weight(step, config.steps)
-        losses = vnd_losses(model, batch, config, mmd_weight, generator, partner)
+        losses = vnd_losses(model, batch, config, mmd_weight, generator, partner, num_spliced)
         optimizer.zero_grad(set_to_none=True)
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -178,6 +192,33 @@ def fit_vnd(
     )
 
 
+def splice_contexts(
+    dataset: TransitionDataset,
+    starts: torch.Tensor,
+    context: torch.Tensor,
+    count: int,
+    max_recent: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """``context`` (B, C, 28) with its last ``count`` rows spliced: each keeps its newest
+    r ~ U{1..min(max_recent, C - 1)} transitions and takes the older C - r from a random window
+    of ``starts`` (M,). The targets stay the row's own, so the latent has to follow the newest
+    transitions, as at the onset of a new condition (the donor is usually another part of the
+    flight, so often another condition)."""
+    batch, context_len = context.shape[0], context.shape[1]
+    count = min(count, batch)
+    if count == 0 or context_len < 2:
+        return context
+    donors = starts[torch.randint(len(starts), (count,), generator=generator)]
+    donor = dataset.context(donors, context_len)  # (count, C, 28)
+    high = min(max_recent, context_len - 1)
+    recent = torch.randint(1, high + 1, (count, 1), generator=generator)
+    older = torch.arange(context_len)[None, :] < (context_len - recent)  # (count, C)
+    spliced = context.clone()
+    spliced[batch - count :] = torch.where(older[..., None], donor, context[batch - count :])
+    return spliced
+
+
 def _focus_starts(starts: torch.Tensor, focus: torch.Tensor | None) -> torch.Tensor:
     """The window starts (F,) marked by ``focus`` (M,) bool; empty without a focus."""
     if focus is None:
@@ -196,6 +237,7 @@ def vnd_losses(
     mmd_weight: float,
     generator: torch.Generator | None = None,
     partner_context: torch.Tensor | None = None,
+    num_spliced: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, slow, sens (the
     residual's input-sensitivity penalty), total (weighted sum).
@@ -206,6 +248,8 @@ def vnd_losses(
     segment for each window: conditions persist for seconds, so the two latents should agree
     (squared distance, the "slow" term). Without it the encoder is free to spend the spread
     the MMD asks for on measurement noise, and the deployed z jitters within one condition.
+    The last ``num_spliced`` windows have spliced contexts (:func:`splice_contexts`): they take
+    part in every term but the reconstruction, whose target (a mixed context) means nothing.
     """
     if not config.use_latent:
         # The same residual network and loss with the latent pinned at the prior mean: the
@@ -223,7 +267,10 @@ def vnd_losses(
     sens = _sensitivity(model, batch, z.detach(), config)
     rec = mmd = slow = residual.new_zeros(())
     if config.use_latent:
-        rec = reconstruction_l2(model.decoder(z), model.encoder.normalizer(batch.context))
+        whole = len(z) - num_spliced
+        rec = reconstruction_l2(
+            model.decoder(z[:whole]), model.encoder.normalizer(batch.context[:whole])
+        )
         mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
         if partner_context is not None:
             slow = (latents[len(z) :] - z).square().sum(-1).mean()
