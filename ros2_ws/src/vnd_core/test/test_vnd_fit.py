@@ -181,13 +181,13 @@ def test_a_spliced_context_keeps_its_newest_transitions_and_takes_older_ones_els
     context_len = 10
     starts = held_out.window_starts(context_len, 4)
     own = held_out.context(starts[:8], context_len)
-    spliced = splice_contexts(held_out, starts, own, 5, 4, torch.Generator().manual_seed(0))
+    spliced = splice_contexts(held_out, starts, own, 5, (2, 4), torch.Generator().manual_seed(0))
     assert torch.equal(spliced[:3], own[:3])  # the first B - count rows are untouched
     every_window = held_out.context(starts, context_len)  # (M, C, 28)
     for row in range(3, 8):
         same = (spliced[row] == own[row]).all(-1)  # (C,) rows equal to the window's own
         recent = int(same.flip(0).cumprod(0).sum())  # newest own transitions kept
-        assert 1 <= recent <= 4
+        assert 2 <= recent <= 4
         older = spliced[row, : context_len - recent]
         donors = (every_window[:, : context_len - recent] == older).all(-1).all(-1)
         assert donors.any()  # the older part is a real window's
@@ -231,5 +231,7 @@ def test_a_spliced_fit_follows_a_condition_change_in_fewer_transitions(vehicle, 
 def test_splice_settings_are_checked():
     with pytest.raises(ValueError, match="splice_fraction"):
         FitConfig(splice_fraction=1.0).validate()
-    with pytest.raises(ValueError, match="splice_max_recent"):
-        FitConfig(splice_max_recent=0).validate()
+    with pytest.raises(ValueError, match="splice_min_recent and splice_max_recent"):
+        FitConfig(splice_min_recent=0).validate()
+    with pytest.raises(ValueError, match="splice_min_recent and splice_max_recent"):
+        FitConfig(splice_min_recent=6, splice_max_recent=5).validate()
