@@ -45,7 +45,7 @@ class FitConfig:
     lambda_sens: float = 10.0  # weight of the residual's input-sensitivity penalty (losses.py)
     slow_offset: int = 25  # partner windows start up to this many transitions later
     # Onset windows: a share of each batch gets the older part of its context replaced by
-    # another window's, keeping only its newest 1..splice_max_recent transitions, so the
+    # another window's, keeping only its newest splice_min..max_recent transitions, so the
     # latent must follow the newest transitions when a condition has just changed. Off in the
     # presets: it makes the latent reach a returning wind in 0.1-0.2 s instead of 0.3-0.75 s,
     # and the onset's error peak fell from 0.11-0.12 m to 0.07-0.08 m in simulated-time
@@ -216,10 +216,9 @@ def splice_contexts(
 ) -> torch.Tensor:
     """``context`` (B, C, 28) with its last ``count`` rows spliced: each keeps its newest
     r ~ U{lo..hi} transitions (``recent`` = (lo, hi), both capped at C - 1) and takes the
-    older C - r from a random window
-    of ``starts`` (M,). The targets stay the row's own, so the latent has to follow the newest
-    transitions, as at the onset of a new condition (the donor is usually another part of the
-    flight, so often another condition)."""
+    older C - r from a random window of ``starts`` (M,). The targets stay the row's own, so
+    the latent has to follow the newest transitions, as at the onset of a new condition (the
+    donor is usually another part of the flight, so often another condition)."""
     batch, context_len = context.shape[0], context.shape[1]
     count = min(count, batch)
     if count == 0 or context_len < 2:
