@@ -152,6 +152,10 @@ def fit_vnd(
     history: list[dict[str, float]] = []
     window: list[dict[str, float]] = []
     step, stopped_early = 0, False
+    # windows per batch with a spliced context (at least one keeps its own, for the rec term)
+    num_spliced = 0
+    if config.use_latent:
+        num_spliced = min(round(config.splice_fraction * config.batch_size), config.batch_size - 1)
     while step < config.steps:
         if config.max_time_s is not None and time.perf_counter() - start_time > config.max_time_s:
             stopped_early = True
@@ -162,8 +166,7 @@ def fit_vnd(
                 torch.randint(len(focused), (num_focused,), generator=generator)
             ]
         batch = dataset.gather(pick, model.context_len, config.horizon)
-        num_spliced = min(round(config.splice_fraction * config.batch_size), config.batch_size - 1)
-        if config.use_latent and num_spliced:
+        if num_spliced:
             batch.context = splice_contexts(
                 dataset,
                 starts,
