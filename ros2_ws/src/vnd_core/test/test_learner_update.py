@@ -219,6 +219,61 @@ def test_a_new_condition_preempts_a_refine_and_starts_the_next_update():
     assert result.metrics["data"]["unexplained_windows"] > 0
 
 
+def shifted(records: TickRecords, shift_s: float) -> TickRecords:
+    """A copy of ``records`` stamped ``shift_s`` later."""
+    later = records.take(np.ones(len(records), dtype=bool))
+    later.stamp_ns = later.stamp_ns + int(shift_s * 1e9)
+    return later
+
+
+def test_an_update_is_preempted_once_its_fitted_model_meets_flight_it_does_not_explain():
+    records = windy_records()
+    wind, calm = (records.take(records.condition == name) for name in ("wind", "calm"))
+    knows_wind = bundle_with_model(constant_force_model(wind))
+    config = dataclasses.replace(TINY, min_unexplained_ticks=100, min_new_ticks=50)
+    stages: list[str] = []
+    arriving: list[TickRecords] = []
+
+    def run(learner: ContinualLearner):
+        stages.clear()
+
+        def poll() -> None:  # flight arrives once the policy trains
+            if stages[-1] == "train" and arriving:
+                learner.ingest(arriving.pop())
+
+        return learner.update(progress=lambda stage, _: stages.append(stage), poll=poll)
+
+    # the update learns calm flight (new to the active model: not a refine); its fitted model
+    # explains calm flight, so more of it arriving while the policy trains does not preempt it
+    learner = ContinualLearner(VEHICLE, config, knows_wind)
+    learner.ingest(calm)
+    arriving[:] = [shifted(calm, 10.0)]
+    result = run(learner)
+    assert not arriving and result.accepted and not result.preempted
+    assert result.metrics["fit"]["steps"] == 5  # the full fit: it was no refine
+
+    # a force the fitted model does not hold arrives while the policy trains: preempted there
+    learner = ContinualLearner(VEHICLE, config, knows_wind)
+    learner.ingest(calm)
+    arriving[:] = [shifted(wind, 30.0), shifted(wind, 20.0), shifted(wind, 10.0)]
+    result = run(learner)
+    assert result.preempted and stages[-1] == "train" and len(arriving) == 2
+    assert "(train)" in result.reason and "the fitted model does not explain" in result.reason
+    assert learner.active is knows_wind and result.bundle is None
+
+    # the next update starts its fit from the preempted one's fitted model, not the active one
+    start = learner._start_model()
+    active_weights = knows_wind.model.state_dict()
+    changed = [k for k, v in start.state_dict().items() if not torch.equal(v, active_weights[k])]
+    assert any(k.startswith("encoder.") for k in changed)
+    learner._carried_model = (knows_wind.version, start)  # put back what the probe took
+
+    # and it is never preempted, whatever arrives (it does not even look)
+    result = run(learner)
+    assert result.accepted and not result.preempted and len(arriving) == 2
+    assert learner.active is result.bundle
+
+
 def test_a_refine_polls_but_runs_to_the_end_when_nothing_new_arrives():
     records = windy_records()
     wind = records.take(records.condition == "wind")

@@ -16,8 +16,8 @@ enough new data and time have passed and the new flight is worth learning from (
 4. validate (:mod:`validation`) and either emit bundle ``active.version + 1`` (which becomes
    the active one) or reject it with a reason, leaving the active bundle in place.
 
-A refine (an update whose data hold nothing new to the active model) gives way to a new
-condition that begins while it fits its model (:meth:`ContinualLearner.update`).
+A running update gives way to a new condition that begins while it runs; the model it fitted
+carries into the next update (:meth:`ContinualLearner.update`).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ class UpdateResult:
 
 
 class _PreemptedError(Exception):
-    """Raised at a progress point of a refine when a new condition has begun."""
+    """Raised at a progress point of an update when a new condition has begun."""
 
 
 class ContinualLearner:
@@ -257,6 +257,9 @@ class ContinualLearner:
         # the counter judging the new ticks' windows)
         self._counts: dict[str, tuple[int, int, UnexplainedCounter]] = {}
         self._informative_learned = 0  # prior-unexplained ticks the updates so far started on
+        # (active version it started from, model) fitted by an update preempted after its fit
+        self._carried_model: tuple[int, VNDModel] | None = None
+        self._preempted_last = False  # the last update was preempted: the next one may not be
         # Fault-injection seam: called on the trained candidate policy before validation.
         self.candidate_hook: Callable[[PolicyNet], None] | None = None
         # The first optimiser built in a process imports torch's compiler stack (seconds);
@@ -272,6 +275,7 @@ class ContinualLearner:
     def set_active(self, bundle: Bundle) -> None:
         """Continue from ``bundle`` (e.g. after an operator rollback)."""
         self._active = bundle
+        self._carried_model = None  # fitted from the bundle left behind
 
     @property
     def ticks_stored(self) -> int:
@@ -381,15 +385,23 @@ class ContinualLearner:
     ) -> UpdateResult:
         """Fit, train, validate; emit version ``active.version + 1`` or a rejection.
 
-        A refine (an update whose data hold nothing new to the active model) calls ``poll``
-        at its progress points; ``poll`` may :meth:`ingest` the ticks that arrived meanwhile.
-        When those hold ``min_unexplained_ticks`` of flight the active model does not explain
-        while the refine is still fitting its model, the refine is abandoned (``preempted``,
-        not a rejection) and the update that learns the new condition starts a cycle sooner.
-        Once its policy trains, a refine runs to the end: it lands within half a cycle, and
-        the next update builds on it (measured in the demo: an update that learned wind B from
-        the model that had only wind A's first 5 s flew the returning wind A at 0.072 m, against
-        0.035-0.040 m when the refine of wind A had landed first).
+        An update calls ``poll`` at its progress points; ``poll`` may :meth:`ingest` the
+        ticks that arrived meanwhile. When those hold ``min_unexplained_ticks`` of flight (in
+        runs, as :meth:`unexplained_new_ticks` counts) that a new condition began, the update is
+        abandoned (``preempted``, not a rejection) and the one that learns the new condition
+        starts at once instead of a cycle later. Who judges "new":
+
+        - while a refine (an update whose data hold nothing new to the active model) fits its
+          model: the active model;
+        - once any update's model is fitted (while its policy trains): that fitted model, so
+          more flight of the condition the update is learning never preempts it.
+
+        An update preempted after its fit hands its fitted model to the next update, which
+        starts its fit from there instead of from the active model, so what it learned is not
+        lost (measured in the demo: an update that learned wind B from the model that had only
+        wind A's first 5 s flew the returning wind A at 0.072 m, against 0.035-0.040 m when the
+        update that learned the rest of wind A had landed first). The update after a
+        preemption is never preempted, so a stream of changes cannot starve the learner.
         """
         start = time.perf_counter()
         self._last_update_s, self.new_ticks = self._now_s, 0
@@ -398,23 +410,39 @@ class ContinualLearner:
             self._new_since_ns = int(self.replay.records.stamp_ns.max())
         self._counts.clear()
         report = _Progress(progress)
+        may_preempt, self._preempted_last = not self._preempted_last, False
         try:
-            return self._cycle(report, poll)
+            return self._cycle(report, poll, may_preempt)
         except _PreemptedError:
+            self._preempted_last = True
+            self._carried_model = report.fitted_model  # None when preempted while fitting
             elapsed = time.perf_counter() - start
+            judge, count = report.preempted_by
             reason = (
-                f"refine preempted after {elapsed:.1f} s: {self.unexplained_new_ticks()} new "
-                "ticks the active model does not explain"
+                f"update preempted after {elapsed:.1f} s ({report.stage}): {count} new ticks "
+                f"the {judge} model does not explain"
             )
             return UpdateResult(False, None, reason, 0.0, 0.0, 0.0, elapsed, {}, preempted=True)
 
-    def _new_condition_began(self, poll: Callable[[], None]) -> bool:
-        """Ticks that arrived during a refine (``poll`` ingests them) hold a new condition."""
-        poll()
-        needed = self.config.min_unexplained_ticks
-        return needed > 0 and self.unexplained_new_ticks() >= needed
+    def _preempt_check(
+        self, report: _Progress, poll: Callable[[], None], judge: str, model: VNDModel | None
+    ) -> Callable[[], bool]:
+        """A :attr:`_Progress.preempt_when`: ``poll`` (it ingests the ticks that arrived), then
+        whether ``model`` (named ``judge``) leaves ``min_unexplained_ticks`` of them
+        unexplained."""
 
-    def _cycle(self, report: _Progress, poll: Callable[[], None] | None) -> UpdateResult:
+        def check() -> bool:
+            poll()
+            needed = self.config.min_unexplained_ticks
+            count = self._count_new(judge, model) if needed > 0 else 0
+            report.preempted_by = (judge, count)
+            return needed > 0 and count >= needed
+
+        return check
+
+    def _cycle(
+        self, report: _Progress, poll: Callable[[], None] | None, may_preempt: bool
+    ) -> UpdateResult:
         """The body of :meth:`update` (``report`` may raise :class:`_PreemptedError`)."""
         start, cpu_start = time.perf_counter(), time.process_time()
         active, c = self._active, self.config
@@ -445,8 +473,8 @@ class ContinualLearner:
         refine = active.model is not None and not focus.any()  # nothing new to the model
         if refine and c.refine_fit_steps is not None:
             steps = c.refine_fit_steps
-        if refine and poll is not None:
-            report.preempt_when = lambda: self._new_condition_began(poll)
+        if refine and poll is not None and may_preempt:
+            report.preempt_when = self._preempt_check(report, poll, "active", active.model)
         fit_config = dataclasses.replace(c.fit, steps=steps, seed=c.fit.seed + c.seed + version)
         fit = fit_vnd(
             model,
@@ -457,6 +485,9 @@ class ContinualLearner:
             focus=focus,
             focus_fraction=c.focus_fraction,
         )
+        report.fitted_model = (active.version, model)
+        if poll is not None and may_preempt:
+            report.preempt_when = self._preempt_check(report, poll, "fitted", model)
         metrics["fit"] = {"steps": fit.steps, "windows": fit.num_windows, **fit.final}
         metrics["latents"] = self._latent_metrics(fit.latents)
         fit_s = time.perf_counter() - start
@@ -527,7 +558,11 @@ class ContinualLearner:
 
     # ------------------------------------------------------------------ internals
     def _start_model(self) -> VNDModel:
-        """A copy of the active model (warm start), or a fresh default one, seeded."""
+        """The model a preempted update fitted from the active bundle, else a copy of the active
+        model (warm start), else a fresh default one, seeded."""
+        carried, self._carried_model = self._carried_model, None
+        if carried is not None and carried[0] == self._active.version:
+            return carried[1]
         if self._active.model is not None:
             return copy.deepcopy(self._active.model)
         with torch.random.fork_rng(devices=[]):
@@ -690,13 +725,18 @@ class _Progress:
 
     def __init__(self, callback: UpdateProgress | None):
         self.callback = callback
-        self.preempt_when: Callable[[], bool] | None = None  # checked while the model fits
+        self.preempt_when: Callable[[], bool] | None = None  # checked until validation
+        self.preempted_by: tuple[str, int] = ("", 0)  # (judge, unexplained count) last checked
+        # (active version, model) once the fit is done: carried past a preemption
+        self.fitted_model: tuple[int, VNDModel] | None = None
+        self.stage = ""  # the stage of the last progress point
 
     def __call__(self, stage: str, fraction: float) -> None:
+        self.stage = stage
         if self.callback is not None:
             low, high = _STAGE_SPAN[stage]
             self.callback(stage, low + (high - low) * min(max(fraction, 0.0), 1.0))
-        if stage == "fit" and self.preempt_when is not None and self.preempt_when():
+        if stage != "validate" and self.preempt_when is not None and self.preempt_when():
             raise _PreemptedError
 
 
