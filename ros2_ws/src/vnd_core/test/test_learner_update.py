@@ -252,13 +252,15 @@ def test_an_update_is_preempted_once_its_fitted_model_meets_flight_it_does_not_e
     assert not arriving and result.accepted and not result.preempted
     assert result.metrics["fit"]["steps"] == 5  # the full fit: it was no refine
 
-    # a force the fitted model does not hold arrives while the policy trains: preempted there
+    # a force the fitted model does not hold arrives while the policy trains: preempted there,
+    # once there is preempt_unexplained_ticks of it (128 windows per arrival)
+    config = dataclasses.replace(config, preempt_unexplained_ticks=200)
     learner = ContinualLearner(VEHICLE, config, knows_wind)
     learner.ingest(calm)
     arriving[:] = [shifted(wind, 30.0), shifted(wind, 20.0), shifted(wind, 10.0)]
     result = run(learner)
-    assert result.preempted and stages[-1] == "train" and len(arriving) == 2
-    assert "(train)" in result.reason and "the fitted model does not explain" in result.reason
+    assert result.preempted and stages[-1] == "train" and len(arriving) == 1
+    assert "(train): 256 new ticks the fitted model does not explain" in result.reason
     assert learner.active is knows_wind and result.bundle is None
 
     # the next update starts its fit from the preempted one's fitted model, not the active one
@@ -270,7 +272,9 @@ def test_an_update_is_preempted_once_its_fitted_model_meets_flight_it_does_not_e
 
     # and it is never preempted, whatever arrives (it does not even look)
     result = run(learner)
-    assert result.accepted and not result.preempted and len(arriving) == 2
+    assert result.accepted and not result.preempted and len(arriving) == 1
+    with pytest.raises(ValueError, match="preempt_unexplained_ticks"):
+        dataclasses.replace(config, preempt_unexplained_ticks=0).validate()
     assert learner.active is result.bundle
 
 

@@ -271,8 +271,8 @@ class LearnerNode(Node):
         meta = frame.meta
         self.last_update_duration_s = float(meta.get("total_s") or 0.0)
         payload = frame.blobs.get("bundle")
-        if meta.get("preempted"):  # a refine gave way to a new condition: not a rejection
-            self._set_state(STATE_COLLECTING, str(meta.get("reason", "refine preempted")))
+        if meta.get("preempted"):  # an update gave way to a new condition: not a rejection
+            self._set_state(STATE_COLLECTING, str(meta.get("reason", "update preempted")))
             self.get_logger().info(self.message)
             return
         if not meta.get("accepted") or payload is None:

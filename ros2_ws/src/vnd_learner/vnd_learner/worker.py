@@ -11,8 +11,8 @@ frame stream: file descriptor 1 is pointed at stderr once the frame channel has 
 Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
 (stage of an update and its fraction of the cycle), ``result`` (accepted, rejected or preempted,
 timings, metrics, the bundle bytes when accepted), ``error`` (fatal, then the process exits
-non-zero). Tick frames that arrive during a refine are ingested at its progress points, so that
-a new condition can preempt it (:meth:`ContinualLearner.update`).
+non-zero). Tick frames that arrive during an update are ingested at its progress points while it
+may still be preempted, so that a new condition can preempt it (:meth:`ContinualLearner.update`).
 A closed stdin means the node is gone: the worker exits at once, even mid-update (it keeps no state
 the node's replay store and registry do not hold).
 """
