@@ -55,6 +55,9 @@ class FitConfig:
     splice_fraction: float = 0.0  # share of each batch with a spliced context
     splice_min_recent: int = 1  # fewest own (newest) transitions a spliced context keeps
     splice_max_recent: int = 10  # most own (newest) transitions a spliced context keeps
+    # models with a short context (VNDModelConfig.short_context_len) only:
+    short_fraction: float = 0.25  # share of each batch encoded from its newest transitions only
+    short_switch_quantile: float = 0.99  # of |z_short - z| over the data: the switch distance
     mmd_warmup_frac: float = 0.1  # fraction of steps with MMD weight 0
     mmd_ramp_frac: float = 0.4  # fraction of steps over which the MMD weight ramps up
     seed: int = 0  # seeds batch sampling, the prior samples and (cold start) the weights
@@ -74,6 +77,11 @@ class FitConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0.0 <= self.splice_fraction < 1.0:
             raise ValueError(f"splice_fraction must be within [0, 1), got {self.splice_fraction}")
+        if not 0.0 <= self.short_fraction < 1.0 or not 0.0 < self.short_switch_quantile <= 1.0:
+            raise ValueError(
+                "short_fraction must be within [0, 1) and short_switch_quantile within (0, 1], "
+                f"got {self.short_fraction} and {self.short_switch_quantile}"
+            )
         if not 1 <= self.splice_min_recent <= self.splice_max_recent:
             raise ValueError(
                 "splice_min_recent and splice_max_recent must satisfy 1 <= min <= max, got "
@@ -97,6 +105,7 @@ class FitReport:
     history: list[dict[str, float]] = field(default_factory=list)  # per log interval
     num_windows: int = 0  # windows available for training
     latents: EncodedLatents | None = None  # re-encoded dataset (if config.encode_after)
+    short_switch_distance: float | None = None  # fitted switch distance (short-context models)
 
 
 def fit_vnd(
@@ -153,9 +162,12 @@ def fit_vnd(
     window: list[dict[str, float]] = []
     step, stopped_early = 0, False
     # windows per batch with a spliced context (at least one keeps its own, for the rec term)
-    num_spliced = 0
+    num_spliced = num_short = 0
     if config.use_latent:
         num_spliced = min(round(config.splice_fraction * config.batch_size), config.batch_size - 1)
+        if model.config.short_context_len:  # the rows before the spliced ones
+            free = config.batch_size - 1 - num_spliced
+            num_short = min(round(config.short_fraction * config.batch_size), free)
     while step < config.steps:
         if config.max_time_s is not None and time.perf_counter() - start_time > config.max_time_s:
             stopped_early = True
@@ -182,7 +194,9 @@ def fit_vnd(
             )
             partner = dataset.context(later, model.context_len)
         mmd_weight = schedule.weight(step, config.steps)
-        losses = vnd_losses(model, batch, config, mmd_weight, generator, partner, num_spliced)
+        losses = vnd_losses(
+            model, batch, config, mmd_weight, generator, partner, num_spliced, num_short
+        )
         optimizer.zero_grad(set_to_none=True)
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -197,8 +211,12 @@ def fit_vnd(
     if window:
         history.append(_mean_losses(window, step))
     model.eval()
+    switch = None
+    if config.use_latent and model.config.short_context_len:
+        switch = model.fit_short_switch(dataset, config.short_switch_quantile)
     latents = model.encode_all(dataset) if config.encode_after and config.use_latent else None
     return FitReport(
+        short_switch_distance=switch,
         steps=step,
         wall_s=time.perf_counter() - start_time,
         stopped_early=stopped_early,
@@ -255,6 +273,7 @@ def vnd_losses(
     generator: torch.Generator | None = None,
     partner_context: torch.Tensor | None = None,
     num_spliced: int = 0,
+    num_short: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, slow, sens (the
     residual's input-sensitivity penalty), total (weighted sum).
@@ -267,6 +286,9 @@ def vnd_losses(
     the MMD asks for on measurement noise, and the deployed z jitters within one condition.
     The last ``num_spliced`` windows have spliced contexts (:func:`splice_contexts`): they take
     part in every term but the reconstruction, whose target (a mixed context) means nothing.
+    The ``num_short`` windows before those are encoded from their newest
+    ``short_context_len`` transitions only (the fast latent of
+    :meth:`~vnd_core.vnd.model.VNDModel.deployed_latent`); no reconstruction either.
     """
     if not config.use_latent:
         # The same residual network and loss with the latent pinned at the prior mean: the
@@ -278,13 +300,19 @@ def vnd_losses(
             contexts = torch.cat([contexts, partner_context])
         latents = model.encoder(contexts)  # (B or 2B, nz)
         z = latents[: len(batch.context)]  # (B, nz)
+        if num_short:
+            high = len(z) - num_spliced
+            low = high - num_short
+            short = model.config.short_context_len
+            z_short = model.encoder(batch.context[low:high, -short:])
+            z = torch.cat([z[:low], z_short, z[high:]])
     predicted = model.residual.normalized(batch.inputs, z[:, None, :])  # (B, K, 12)
     target = batch.targets / model.residual.target_std
     residual = residual_huber(predicted, target, config.huber_delta)
     sens = _sensitivity(model, batch, z.detach(), config)
     rec = mmd = slow = residual.new_zeros(())
     if config.use_latent:
-        whole = len(z) - num_spliced
+        whole = len(z) - num_spliced - num_short
         rec = reconstruction_l2(
             model.decoder(z[:whole]), model.encoder.normalizer(batch.context[:whole])
         )

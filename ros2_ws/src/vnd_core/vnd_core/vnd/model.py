@@ -47,6 +47,12 @@ class VNDModelConfig:
     # plus motor and rate-loop lag act like about 2 ticks, and pairing with a_t instead makes
     # the 10-step open-loop error of prior + residual worse than the prior's own on agile flight
     action_delay_ticks: int = 2
+    # Fast latent at a condition change (0: off). The whole window averages out measurement
+    # noise but takes most of its length to follow a change; the encoder is also trained on the
+    # newest ``short_context_len`` transitions alone, and the deployed latent is that short
+    # window's whenever it departs from the whole window's by more than a threshold fitted on
+    # the data (:meth:`VNDModel.deployed_latent`).
+    short_context_len: int = 0
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -55,6 +61,11 @@ class VNDModelConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.residual_hidden or min(self.residual_hidden) < 1:
             raise ValueError(f"residual_hidden needs sizes >= 1, got {self.residual_hidden}")
+        if not 0 <= self.short_context_len < self.context_len:
+            raise ValueError(
+                f"short_context_len must be within [0, context_len = {self.context_len}), "
+                f"got {self.short_context_len}"
+            )
         if self.action_delay_ticks < 0:
             raise ValueError(f"action_delay_ticks must be >= 0, got {self.action_delay_ticks}")
         if not self.dt_s > 0 or self.prior_substeps < 1:
@@ -101,6 +112,9 @@ class VNDModel(nn.Module):
         )
         # Set once statistics come from data; a warm-started fit keeps them (see fit.py).
         self.register_buffer("normalizers_fitted", torch.zeros((), dtype=torch.bool))
+        if cfg.short_context_len:  # only then, so bundles of models without it still load
+            # distance |z_short - z| beyond which the deployed latent is z_short (inf: never)
+            self.register_buffer("short_switch_distance", torch.full((1,), float("inf")))
 
     # ----------------------------------------------------------------- bundle support
     @property
@@ -141,6 +155,48 @@ class VNDModel(nn.Module):
                 f"got {window_actions.shape[-2]}"
             )
         return self.encoder(context_features(self.prior, window_states, window_actions))
+
+    def deployed_latent(self, features: torch.Tensor) -> torch.Tensor:
+        """The latent flown (B, nz) from context features (B, C, 28) (``context_features``).
+
+        Without ``short_context_len``: the encoder's latent of the whole window. With it: the
+        latent of the newest ``short_context_len`` transitions where it lies further than
+        ``short_switch_distance`` from the whole window's (a condition has just changed and
+        the whole window still averages over the old one), else the whole window's. It depends
+        on the window alone, like the encoder, so every tick can be recomputed from its log.
+        """
+        z = self.encoder(features)
+        short = self.config.short_context_len
+        if not short:
+            return z
+        z_short = self.encoder(features[:, -short:])
+        departed = (z_short - z).norm(dim=-1, keepdim=True) > self.short_switch_distance
+        return torch.where(departed, z_short, z)
+
+    @torch.no_grad()
+    def fit_short_switch(self, dataset: TransitionDataset, quantile: float) -> float:
+        """Set ``short_switch_distance`` to the ``quantile`` of |z_short - z| over every
+        window of ``dataset`` (within a condition the two differ by noise only; at a change
+        by much more) and return it; a model without ``short_context_len`` is left alone
+        (returns inf)."""
+        short = self.config.short_context_len
+        if not short:
+            return float("inf")
+        was_training = self.training
+        self.eval()
+        try:
+            starts = dataset.window_starts(self.context_len, 0)
+            gaps = [
+                (self.encoder(ctx[:, -short:]) - self.encoder(ctx)).norm(dim=-1)
+                for ctx in (dataset.context(part, self.context_len) for part in starts.split(4096))
+            ]
+        finally:
+            self.train(was_training)
+        if not gaps:
+            return float("inf")
+        distance = float(torch.quantile(torch.cat(gaps), quantile))
+        self.short_switch_distance.fill_(distance)
+        return distance
 
     def residual_correction(
         self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor
