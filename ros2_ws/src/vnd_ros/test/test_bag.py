@@ -86,6 +86,9 @@ def _assert_content(bag: Path, prefix: str) -> None:
     [model] = by_topic[f"{prefix}/model"]
     assert messages.serialize(model) == messages.serialize(talker.expected_bundle())
     assert isinstance(model.payload, bytes) and len(model.payload) == 1024
+    # the recorder stores the wire bytes as they came (never re-encoded): the canonical CDR
+    stored = [data for *_, data in read_raw(bag, [f"{prefix}/pose"])]
+    assert stored == [messages.serialize(talker.expected_pose(i)) for i in range(COUNT)]
 
 
 def test_record_stores_every_message_including_the_latched_one(recorded):

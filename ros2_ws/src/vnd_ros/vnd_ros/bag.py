@@ -362,19 +362,18 @@ class BagRecorder:
                 self._counts[topic] = 0
             msg_class = messages.get_message(msgtype)
             callback = self._make_callback(topic, connection, node)
+            # raw: the wire bytes go to the bag as they came, never decoded and re-encoded
             self._subscriptions.append(
-                node.create_subscription(msg_class, topic, callback, profile)
+                node.create_subscription(msg_class, topic, callback, profile, raw=True)
             )
 
     def _make_callback(self, topic: str, connection: Any, node: Any) -> Callable[[Any], None]:
         clock = node.get_clock()
 
-        def on_message(msg: Any) -> None:
+        def on_message(data: bytes) -> None:
             stamp_ns = clock.now().nanoseconds
-            # serialize() reproduces the wire bytes exactly (CDR is canonical for these types).
-            data = messages.serialize(msg)
             assert self._writer is not None
-            self._writer.write(connection, stamp_ns, data)
+            self._writer.write(connection, stamp_ns, bytes(data))
             with self._lock:
                 self._counts[topic] += 1
 

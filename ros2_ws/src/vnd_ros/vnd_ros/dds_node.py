@@ -229,11 +229,18 @@ class Subscription:
     """A DDS reader on one ROS topic and its callback (rclpy Subscription subset).
 
     A sample that does not deserialise as ``msg_type`` is dropped and counted in
-    ``malformed_count``; the node keeps running.
+    ``malformed_count``; the node keeps running. With ``raw`` the callback gets the sample's
+    serialized bytes (CDR with its encapsulation header, as on the wire), as rclpy's ``raw``.
     """
 
     def __init__(
-        self, node: Node, msg_type: type, topic_name: str, callback: Callable, qos: Any
+        self,
+        node: Node,
+        msg_type: type,
+        topic_name: str,
+        callback: Callable,
+        qos: Any,
+        raw: bool = False,
     ) -> None:
         self.msg_type = msg_type
         self.topic_name = topic_name
@@ -244,7 +251,8 @@ class Subscription:
         self._reader = DataReader(node.context._participant(), topic, _endpoint_qos(msg_type, qos))
         self.condition = ReadCondition(self._reader, _ANY_STATE)
         self.gid = _gid_bytes(self._reader)
-        self._deserialize = msg_type.deserialize  # compiled XCDR1 codec of vnd_ros._cdr
+        # compiled XCDR1 codec of vnd_ros._cdr, or the bytes as they came
+        self._deserialize = bytes if raw else msg_type.deserialize
         self.alive = True  # False once deleted (a callback may destroy a subscription)
 
     def take_messages(self) -> list[Any]:
@@ -414,10 +422,19 @@ class Node:
         return publisher
 
     def create_subscription(
-        self, msg_type: type, topic: str, callback: Callable[[Any], Any], qos_profile: Any
+        self,
+        msg_type: type,
+        topic: str,
+        callback: Callable[[Any], Any],
+        qos_profile: Any,
+        *,
+        raw: bool = False,
     ) -> Subscription:
-        """A subscription calling ``callback(msg)`` on the spinning thread for each message."""
-        sub = Subscription(self, msg_type, self.resolve_topic_name(topic), callback, qos_profile)
+        """A subscription calling ``callback(msg)`` on the spinning thread for each message
+        (``raw``: ``callback(serialized bytes)``, as rclpy)."""
+        sub = Subscription(
+            self, msg_type, self.resolve_topic_name(topic), callback, qos_profile, raw
+        )
         self.subscriptions.append(sub)
         self.generation += 1
         self.context.graph_changed()
