@@ -201,3 +201,25 @@ def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
         assert payload["config"]["jobs"] == jobs
     assert len(figures[1]) == 4 and figures[2] == figures[1]
     assert (tmp_path / "jobs2" / "error_over_time.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ('{"modle": {}}', "LearnerConfig has no field 'modle'"),
+        ('{"model": {"short_context_len": 40}}', "short_context_len must be within"),
+        ("[1]", "must be a JSON object"),
+        ("{", "--learner-overrides"),
+    ],
+)
+def test_learner_overrides_are_checked_before_anything_runs(overrides, message, tmp_path, capsys):
+    import argparse
+
+    from vnd_core.commands import eval as eval_command
+
+    parser = argparse.ArgumentParser()
+    eval_command.add_arguments(parser)
+    args = parser.parse_args(["--out", str(tmp_path / "out"), "--learner-overrides", overrides])
+    assert eval_command.run(args) == 2
+    assert message in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()

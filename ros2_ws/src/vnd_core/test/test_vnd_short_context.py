@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
+from vnd_core.learner import LearnerConfig
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.state import POS, VEL
 from vnd_core.vehicle import load_vehicle
@@ -137,6 +138,8 @@ def test_the_switch_distance_travels_in_the_bundle(vehicle, fitted):
 def test_short_context_settings_are_checked():
     with pytest.raises(ValueError, match="short_context_len"):
         VNDModelConfig(context_len=10, short_context_len=10).validate()
+    with pytest.raises(ValueError, match="short_context_len"):  # before the first update
+        LearnerConfig(model=VNDModelConfig(short_context_len=40)).validate()
     with pytest.raises(ValueError, match="short_fraction"):
         FitConfig(short_fraction=1.0).validate()
     with pytest.raises(ValueError, match="short_switch_quantile"):

@@ -204,8 +204,8 @@ def test_registry_adds_indexes_and_recovers(tmp_path: Path) -> None:
 
 
 def test_worker_overrides_reach_nested_fields_and_name_unknown_ones() -> None:
+    from vnd_core.config_io import apply_overrides
     from vnd_core.learner import LearnerConfig
-    from vnd_learner.worker import apply_overrides
 
     config = apply_overrides(
         LearnerConfig.quick(), {"min_new_ticks": 7, "fit": {"steps": 3}}, "LearnerConfig"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import faulthandler
 import json
 import math
@@ -34,6 +33,7 @@ import time
 import traceback
 from typing import Any, BinaryIO
 
+from vnd_core.config_io import apply_overrides
 from vnd_core.learner_store.ipc import Frame, FrameError, read_frame, write_frame
 
 EXIT_ERROR = 2  # the learner could not start or failed repeatedly
@@ -120,21 +120,6 @@ def build_learner(args: argparse.Namespace) -> Any:
         raise ValueError("--overrides must be a JSON object")
     config = apply_overrides(presets[args.preset](), overrides, "LearnerConfig")
     return ContinualLearner(load_vehicle(args.vehicle), config, load_bundle(args.bundle))
-
-
-def apply_overrides(config: Any, overrides: dict[str, Any], where: str) -> Any:
-    """``config`` (a dataclass) with ``overrides`` replaced; a dict value for a nested dataclass
-    field overrides inside it. ValueError names an unknown field."""
-    known = {f.name: f for f in dataclasses.fields(config)}
-    changes = {}
-    for name, value in overrides.items():
-        if name not in known:
-            raise ValueError(f"{where} has no field '{name}' (fields: {sorted(known)})")
-        current = getattr(config, name)
-        if dataclasses.is_dataclass(current) and isinstance(value, dict):
-            value = apply_overrides(current, value, f"{where}.{name}")
-        changes[name] = value
-    return dataclasses.replace(config, **changes)
 
 
 def _result_frame(result: Any, bundle_bytes: bytes | None) -> dict[str, Any]:

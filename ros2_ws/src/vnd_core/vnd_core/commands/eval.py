@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from vnd_core.bundle import Bundle, BundleError, load_bundle
-from vnd_core.config_io import ConfigError
+from vnd_core.config_io import ConfigError, apply_overrides
 from vnd_core.evaluation.baselines import (
     RandomisationConfig,
     clone_policy,
@@ -387,6 +387,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="LearnerConfig preset of vnd and refit (default: standard; --quick: every 15 s)",
     )
+    parser.add_argument(
+        "--learner-overrides",
+        default=None,
+        metavar="JSON",
+        help="LearnerConfig fields to replace, as the learner node's learner_overrides, "
+        """e.g. '{"model": {"short_context_len": 8}}'""",
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (jobs 1)")
     parser.add_argument(
         "--jobs", type=int, default=1, help="runs at a time, each a process with one thread"
@@ -421,6 +428,17 @@ def run(args: argparse.Namespace) -> int:
     if args.learner_preset is not None:
         overrides["learner"] = getattr(LearnerConfig, args.learner_preset)()
     config = EvalConfig.quick(**overrides) if args.quick else EvalConfig.full(**overrides)
+    if args.learner_overrides is not None:
+        try:
+            changes = json.loads(args.learner_overrides)
+            if not isinstance(changes, dict):
+                raise ValueError("must be a JSON object")
+            learner = apply_overrides(config.learner, changes, "LearnerConfig")
+            learner.validate()
+        except (ValueError, TypeError) as err:  # JSONDecodeError is a ValueError
+            print(f"vnd eval: --learner-overrides: {err}")
+            return 2
+        config = dataclasses.replace(config, learner=learner)
     bundle_path = args.bundle or shipped_bundle_path()
     try:
         base = load_bundle(bundle_path)

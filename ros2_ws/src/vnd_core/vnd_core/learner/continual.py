@@ -139,6 +139,7 @@ class LearnerConfig:
             raise ValueError(f"refine_fit_steps must be >= 1 or None, got {self.refine_fit_steps}")
         if self.min_interval_s < 0 or not 0 <= self.eviction_slack < 0.5:
             raise ValueError("min_interval_s must be >= 0 and eviction_slack within [0, 0.5)")
+        self.model.validate()
         self.fit.validate()
 
     @classmethod
