@@ -208,6 +208,7 @@ def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
     [
         ('{"modle": {}}', "LearnerConfig has no field 'modle'"),
         ('{"model": {"short_context_len": 40}}', "short_context_len must be within"),
+        ('{"trainer": {"switch_fraction": 2}}', "switch_fraction must be within"),
         ("[1]", "must be a JSON object"),
         ("{", "--learner-overrides"),
     ],

@@ -398,6 +398,9 @@ def summary_table(data: dict[str, Any]) -> str:
         f"control latency p50 {_fmt(lat['p50'], 3)} ms, p99 {_fmt(lat['p99'], 3)} ms "
         f"({lat['samples']} ticks); missed ticks {data['missed_ticks']}"
     )
+    host = data.get("host_cpu") or {}
+    if host.get("sampled"):
+        lines.append(_host_line(host))
     updates = data["model_updates"]
     pushes = ", ".join(
         f"v{u['version']} decided {_fmt(u['decided_s'], 1)} s active {_fmt(u['active_s'], 1)} s"
@@ -415,6 +418,23 @@ def summary_table(data: dict[str, Any]) -> str:
             f"{data['model_push_median_s']:.3f} s"
         )
     return "\n".join(lines)
+
+
+def _host_line(host: dict[str, Any]) -> str:
+    """The host's steal and the control latency in windows with and without it."""
+    quiet, steal = host["quiet"], host["steal"]
+    window = f"{host['window_s']:.0f}-s windows"
+    return (
+        f"host CPU steal {100 * host['steal_fraction']:.1f}% of the flight; "
+        f"{window} with < {100 * host['quiet_below_steal']:.0f}% steal: {quiet['windows']}, "
+        f"p99 {_fmt(quiet['p99_ms'], 3)} ms, {quiet['late_ticks']} late ticks; "
+        f"others (steal up to {_fmt_pct(steal['max_steal'])}): {steal['windows']}, "
+        f"p99 {_fmt(steal['p99_ms'], 3)} ms, {steal['late_ticks']} late ticks"
+    )
+
+
+def _fmt_pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
 
 
 def _fmt(value: float | None, digits: int) -> str:

@@ -235,4 +235,35 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
     assert update["active_s"] == pytest.approx(3.147, abs=1e-3)
     assert update["push_s"] == pytest.approx(0.25, abs=1e-3)
     assert data["control_latency_ms"]["p99"] == pytest.approx(0.9)  # NodeStatus fallback
+    assert data["host_cpu"] == {"sampled": False}  # no per-tick samples to split
     assert "p0" in table and (run / "report.png").is_file() and (run / "report.md").is_file()
+
+
+def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):
+    """host_cpu.npz + per-tick latencies -> report.json's host_cpu and the summary line."""
+    from vnd_ros.commands import fly
+
+    wall_s = 500.0 + np.arange(31, dtype=float)
+    per_second = np.zeros((30, 8), dtype=np.int64)
+    per_second[:, 3] = 200  # idle
+    per_second[10:20, 7] = 20  # 10 % steal from 10 s to 20 s
+    cpu_times = np.vstack([np.zeros((1, 8), np.int64), np.cumsum(per_second, axis=0)])
+    np.savez(tmp_path / fly.HOST_CPU_FILE, wall_s=wall_s, cpu_times=cpu_times)
+    ticks = 500.005 + 0.02 * np.arange(1500)
+    latency = np.where((ticks >= 510.005) & (ticks < 520.005), 4.0, 0.8)
+    host = fly._host_cpu(tmp_path / fly.HOST_CPU_FILE, ticks, latency)
+    assert host["sampled"] and host["quiet"]["windows"] == 2 and host["steal"]["windows"] == 1
+    assert host["quiet"]["p99_ms"] == pytest.approx(0.8)
+    assert host["steal"]["p99_ms"] == pytest.approx(4.0)
+    assert fly._host_cpu(tmp_path / "missing.npz", ticks, latency) == {"sampled": False}
+    data = {
+        "phases": [],
+        "control_latency_ms": {"p50": 0.8, "p99": 4.0, "samples": 1500},
+        "missed_ticks": 0,
+        "model_updates": [],
+        "host_cpu": host,
+    }
+    line = fr.summary_table(data).splitlines()[2]
+    assert line.startswith("host CPU steal 3.2% of the flight")  # 200 of 6200 ticks
+    assert "< 1% steal: 2, p99 0.800 ms, 0 late ticks" in line
+    assert "others (steal up to" in line and "1, p99 4.000 ms" in line

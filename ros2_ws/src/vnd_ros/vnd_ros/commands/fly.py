@@ -30,6 +30,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import yaml
+from vnd_core.flight.hostcpu import CpuSampler
 
 from vnd_ros import messages, runtime
 from vnd_ros.bag import BagError, BagRecorder, read_messages
@@ -63,6 +64,7 @@ SETTLE_AFTER_DONE_S = 1.0  # keep recording this long after 'done' (last replies
 PROGRESS_PERIOD_S = 0.5  # progress line refresh (a TTY); non-TTY prints every 10 s
 SPIN_STEP_S = 0.02
 LATENCY_FILE = "control_latency.npz"  # per-tick latency samples (numpy arrays, no pickle)
+HOST_CPU_FILE = "host_cpu.npz"  # the machine's CPU times, once a second (vnd_core.flight.hostcpu)
 META_FILE = "flight_meta.json"
 
 
@@ -229,6 +231,7 @@ def fly(options: FlightOptions) -> FlightOutcome:
         if code != 0 and outcome.exit_code == 0:
             outcome = FlightOutcome("stack failed", 1, service.failures)
         monitor.save_latency(out / LATENCY_FILE)
+        monitor.cpu.save(out / HOST_CPU_FILE)
         monitor.close()
         meta.update(
             wall_end_s=time.time(),
@@ -299,6 +302,7 @@ class FlightMonitor:
             if measure_latency and runtime.BACKEND == "dds"
             else None
         )
+        self.cpu = CpuSampler()  # the host's CPU times (steal), beside the latency
 
     def _on_condition(self, msg: Any) -> None:
         self.condition = str(msg.data)
@@ -329,6 +333,7 @@ class FlightMonitor:
                 self.client.session.spin_once(SPIN_STEP_S)
                 if self.latency is not None:
                     self.latency.poll()
+                self.cpu.poll()
                 now = time.monotonic()
                 if now >= next_print:
                     line = self.progress_line(now - start)
@@ -460,7 +465,9 @@ def write_report(run_dir: Path) -> str:
     inputs = read_flight(run_dir / "bag", meta["vehicle"])
     clock = fr.ScenarioClock(inputs.clock_points, meta["real_time_factor"])
     spans, period_s = _scenario_timing(meta)
-    latency_ms, method, latency_extra = _latency(run_dir / LATENCY_FILE, inputs, clock, spans)
+    latency_ms, method, latency_extra, tick_wall_s = _latency(
+        run_dir / LATENCY_FILE, inputs, clock, spans
+    )
     updates = _model_updates(run_dir / "learner" / "bundles" / "index.json", inputs, clock)
     extra = {
         "scenario": meta["scenario"],
@@ -472,6 +479,7 @@ def write_report(run_dir: Path) -> str:
         "stack_exit_code": meta["stack_exit_code"],
         "stack_failures": meta["failures"],
         "latency_other": latency_extra,
+        "host_cpu": _host_cpu(run_dir / HOST_CPU_FILE, tick_wall_s, latency_ms),
         "nodes": inputs.final_nodes,
         "learner": inputs.final_learner,
         "vehicle_crashed": inputs.crash_stamp_ns is not None,
@@ -617,8 +625,9 @@ def _scenario_timing(meta: dict) -> tuple[list[tuple[str, float, float]], float 
 
 def _latency(
     path: Path, inputs: FlightInputs, clock: Any, spans: list
-) -> tuple[np.ndarray, str, dict]:
-    """Per-tick latencies [ms] during the scenario, the method sentence, other measures."""
+) -> tuple[np.ndarray, str, dict, np.ndarray | None]:
+    """Per-tick latencies [ms] during the scenario, the method sentence, other measures, and
+    the wall times [s] of those ticks' commands (None without per-tick samples)."""
     windows = inputs.policy_windows
     from_status = {
         "policy_status_p50_ms_median": round(float(np.median([w[0] for w in windows])), 4)
@@ -634,7 +643,7 @@ def _latency(
             "no per-tick samples (not the dds backend): the policy node's NodeStatus window "
             "p99 values (odometry stamp -> command publication, its own clock), one per second"
         )
-        return p99, method, from_status
+        return p99, method, from_status, None
     with np.load(path, allow_pickle=False) as data:
         cmd_stamp, cmd_pub = data["command_stamp_ns"], data["command_source_ns"]
         odom_stamp, odom_pub = data["odom_stamp_ns"], data["odom_source_ns"]
@@ -663,7 +672,20 @@ def _latency(
         "latency_other.odom_stamp_to_command_ms counts from the odometry stamp (the mocap "
         "measurement time) instead and so includes the simulator's and pose filter's delay"
     )
-    return from_odom_pub, method, other
+    return from_odom_pub, method, other, published[has_odom] / 1e9
+
+
+def _host_cpu(path: Path, tick_wall_s: np.ndarray | None, latency_ms: np.ndarray) -> dict:
+    """The machine's steal time over the flight and the latency split by it (hostcpu.py)."""
+    from vnd_core.dynamics import CONTROL_PERIOD_S
+    from vnd_core.flight import hostcpu
+
+    if tick_wall_s is None or not path.is_file():
+        return {"sampled": False}
+    with np.load(path, allow_pickle=False) as data:
+        wall_s, cpu_times = data["wall_s"], data["cpu_times"]
+    split = hostcpu.steal_by_window(wall_s, cpu_times, tick_wall_s, latency_ms, CONTROL_PERIOD_S)
+    return {"sampled": False} if split is None else {"sampled": True, **split}
 
 
 def _model_updates(index_path: Path, inputs: FlightInputs, clock: Any) -> list:
