@@ -1,6 +1,7 @@
 """Policy training with condition switches (``TrainerConfig.switch_fraction``), with everything
 else fixed (session 12 experiment).
 
+    [CHANGES='{"model": {"short_context_len": 8}}'] \
     python switch_training.py RUN_DIR UPTO_S SEEDS FRACTION [FRACTION ...]
 
 For each switch fraction, fits a new model from the shipped base bundle on the demo run's
@@ -8,11 +9,13 @@ replay up to UPTO_S (session 11's ``onset_refit.refit``; the fit is seeded, so e
 gets the same model, which is checked) and trains the update's policy with that fraction; then
 flies the bundle in simulated time from wind B into wind A with the encoder, SEEDS plant seeds
 (session 10's ``latent_lag_probe``), and once more with the latent switched to wind A's at
-the onset (no encoder lag: the floor). Prints one JSON object per fraction.
+the onset (no encoder lag: the floor). Prints one JSON object per fraction. ``CHANGES``: more
+LearnerConfig changes (as session 11's ``onset_refit.py`` takes them) for every fraction.
 """
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +65,8 @@ def main() -> None:
         trainer = apply_overrides(
             LearnerConfig.standard().trainer, {"switch_fraction": fraction}, "trainer"
         )
-        bundle, _, _ = session11.refit(run, 0, upto_s, {"trainer": trainer})
+        changes = {**json.loads(os.environ.get("CHANGES", "{}")), "trainer": trainer}
+        bundle, _, _ = session11.refit(run, 0, upto_s, changes)
         weights = bundle.model.state_dict()
         if reference_model is None:
             reference_model = weights

@@ -429,7 +429,8 @@ def _host_line(host: dict[str, Any]) -> str:
         f"{window} with < {100 * host['quiet_below_steal']:.0f}% steal: {quiet['windows']}, "
         f"p99 {_fmt(quiet['p99_ms'], 3)} ms, {quiet['late_ticks']} late ticks; "
         f"others (steal up to {_fmt_pct(steal['max_steal'])}): {steal['windows']}, "
-        f"p99 {_fmt(steal['p99_ms'], 3)} ms, {steal['late_ticks']} late ticks"
+        f"p99 {_fmt(steal['p99_ms'], 3)} ms, {steal['late_ticks']} late ticks; "
+        f"late ticks during steal: {host['late_ticks_during_steal']} of {host['late_ticks']}"
     )
 
 

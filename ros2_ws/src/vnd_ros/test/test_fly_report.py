@@ -267,3 +267,4 @@ def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):
     assert line.startswith("host CPU steal 3.2% of the flight")  # 200 of 6200 ticks
     assert "< 1% steal: 2, p99 0.800 ms, 0 late ticks" in line
     assert "others (steal up to" in line and "1, p99 4.000 ms" in line
+    assert line.endswith("late ticks during steal: 0 of 0")

@@ -5,7 +5,8 @@ time: the vCPU was ready to run and the host ran something else). No scheduling 
 the guest helps against that, SCHED_FIFO included. In three demo runs of 2026-11-30 the 10-s
 windows with less than 1 % steal had a control-path p99 of 1.1-1.4 ms and 1-2 late ticks per
 run, the windows with 1-7 % steal 2.5-3.7 ms and 3-8. So ``vnd fly`` samples the machine's CPU
-times once a second and the report splits the control latency by the steal of each window.
+times ten times a second; the report splits the control latency by the steal of each 10-s
+window, and tells the late ticks during which the machine lost time to steal from the others.
 
 Linux only (``/proc/stat``); elsewhere nothing is sampled and the report says so.
 """
@@ -23,7 +24,7 @@ PROC_STAT = Path("/proc/stat")
 FIELDS = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 STEAL = FIELDS.index("steal")
 IDLE = FIELDS.index("idle")
-SAMPLE_PERIOD_S = 1.0  # one sample a second
+SAMPLE_PERIOD_S = 0.1  # ten samples a second: steal is counted in 10-ms units
 WINDOW_S = 10.0  # latency is split by the steal of windows this long
 LOW_STEAL = 0.01  # a window with less steal than this share of its CPU time is "quiet"
 
@@ -81,7 +82,8 @@ def steal_by_window(
     ``window_s`` start at the first tick (the last one ends at the last tick); a window counts
     when samples bracket it, and its steal is measured between the bracketing samples. A gap of
     more than 1.5 ``period_s`` between consecutive ticks counts as a late tick of the window
-    it ends in. None when fewer than two samples cover the ticks.
+    it ends in; it counts as "during steal" when the samples around its gap show steal time.
+    None when fewer than two samples cover the ticks.
     """
     if len(wall_s) < 2 or len(tick_wall_s) == 0:
         return None
@@ -102,13 +104,29 @@ def steal_by_window(
         ticks = (tick_wall_s >= lo) & (tick_wall_s < lo + window_s)
         groups["quiet" if share < LOW_STEAL else "steal"].append((ticks, share))
     split = {name: _group_figures(rows, latency_ms, late) for name, rows in groups.items()}
+    during = sum(
+        _steal_between(wall_s, cpu_times, tick_wall_s[i - 1], tick_wall_s[i]) > 0
+        for i in np.flatnonzero(late)
+    )
     return {
         "steal_fraction": round(float(total[STEAL] / max(int(total.sum()), 1)), 4),
         "idle_fraction": round(float(total[IDLE] / max(int(total.sum()), 1)), 4),
         "window_s": window_s,
         "quiet_below_steal": LOW_STEAL,
         **split,
+        "late_ticks": int(late.sum()),
+        "late_ticks_during_steal": int(during),
     }
+
+
+def _steal_between(wall_s: np.ndarray, cpu_times: np.ndarray, t0_s: float, t1_s: float) -> int:
+    """Steal time (USER_HZ ticks) between the last sample before ``t0_s`` and the first after
+    ``t1_s`` (0 when samples do not bracket the span)."""
+    first = np.searchsorted(wall_s, t0_s, side="right") - 1
+    last = np.searchsorted(wall_s, t1_s, side="left")
+    if first < 0 or last >= len(wall_s):
+        return 0
+    return int(cpu_times[last][STEAL] - cpu_times[first][STEAL])
 
 
 def _group_figures(rows: list, latency_ms: np.ndarray, late: np.ndarray) -> dict:
