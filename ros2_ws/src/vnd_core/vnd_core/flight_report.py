@@ -24,6 +24,12 @@ Definitions (also written into report.md):
   and the pose filter's delay). Without per-tick samples: the policy's NodeStatus windows.
 - Model update: ``decided_s`` = scenario time the learner accepted the bundle (registry index),
   ``active_s`` = scenario time by which both encoder and policy announced it active.
+- Host CPU steal (``host_cpu``, Linux): share of the machine's CPU time over the flight that a
+  hypervisor gave to others while a vCPU was ready to run (``/proc/stat``, sampled ten times
+  a second). The control ticks are split into 10-s windows with less than 1 % steal and the
+  others, with the p99 latency and the late ticks (more than 1.5 control periods after the
+  previous command) of each; a late tick is "during steal" when the samples around its gap
+  show steal time. Steal is outside the stack's reach: no scheduling class helps against it.
 """
 
 from __future__ import annotations

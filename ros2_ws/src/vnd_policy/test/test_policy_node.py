@@ -206,7 +206,10 @@ def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles):
         stamps_ms = np.diff([stamp_ns(m.header.stamp) for m in during]) / 1e6
         assert np.percentile(stamps_ms, 99) <= 1.5 * PERIOD_S * 1e3 + 5.0, stamps_ms.max()
         time.sleep(0.3)
-        assert status[-1][1].missed_ticks - missed_before <= 1
+        # A load on the control thread (about a second each, with its smoke tests) would miss
+        # about 50 ticks per bundle; the allowance covers a shared machine's vCPU steal, which
+        # held a tick past 1.5 periods twice in one full-suite run (vnd_core.flight.hostcpu).
+        assert status[-1][1].missed_ticks - missed_before <= 3
         assert json.loads(status[-1][1].counters_json)["bundle_rejections"] == 4
 
         # operator round trip: load v2, activate it, roll back to v1
