@@ -187,16 +187,11 @@ class LearnerConfig:
             # Twice the rollouts in half the iterations: the same candidates (one update on 10 s
             # of a new wind: wind B 0.044 m against 0.029 m, wind A and calm as good) in about
             # 5 s less of the cycle, since a step's cost is mostly per-op overhead.
-            # 60 % of the training episodes change condition midway behind a lagging latent:
-            # the encoder's latent takes about 0.85 s to reach a returning wind, and a policy
-            # trained only on settled latents recovered from it in 0.73 s against 0.58 s
-            # (simulated time, same model, 6 seeds), for 2 % more steady error
             "trainer": TrainerConfig(
                 num_envs=256,
                 horizon_ticks=32,
                 iterations=30,
                 learning_rate=3e-4,  # 1e-3 lost twice as much calm tracking for the same gain
-                switch_fraction=0.6,
             ),
             "validation": ValidationConfig(eval_rollouts=64, eval_ticks=100, hover_ticks=150),
         }
@@ -213,7 +208,6 @@ class LearnerConfig:
                 horizon_ticks=32,
                 iterations=100,
                 learning_rate=1e-3,
-                switch_fraction=0.6,  # as in standard()
             ),
             "validation": ValidationConfig(eval_rollouts=128, eval_ticks=150),
         }
