@@ -238,9 +238,9 @@ class PolicyTrainer:
         middle 60 % of the episode, to a new draw of the sampler; the policy then observes a
         first-order approach to the new latent (time constant uniform in the configured range),
         not the new latent itself, as it does with the encoder in flight (its latent moves 80 %
-        of the way in about 0.85 s). So the policy learns to fly through the lag instead of
-        trusting a latent that has not caught up yet. Nothing is drawn when the share is 0, so
-        such runs repeat the ones made before this option existed.
+        of the way in about 0.85 s), so the policy trains on flying through that lag (measured:
+        no reliable gain in recovery, see :mod:`vnd_core.learner.policy_update`). Nothing is
+        drawn when the share is 0, so such runs repeat the ones made before this option existed.
         """
         c, batch = self.config, z.shape[0]
         if c.switch_fraction <= 0.0:
