@@ -84,7 +84,8 @@ class TrainerConfig:
     obs_noise_rate_radps: float = 0.05  # observation noise on body rates
     obs_noise_attitude_rad: float = 0.005  # observation noise on attitude (rotation angle)
     # condition changes: a share of the episodes switches its latent once, and the policy sees
-    # the new one only through a first-order lag, as it sees the encoder's (see _new_envs)
+    # the new one only through a first-order lag, as it sees the encoder's
+    # (PolicyTrainer._condition_switches)
     switch_fraction: float = 0.0  # episodes whose z changes once, at a random tick
     switch_lag_min_s: float = 0.1  # smallest time constant of the observed latent's approach
     switch_lag_max_s: float = 0.6  # largest one (uniform in between, drawn per episode)

@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import yaml
-from vnd_core.flight.hostcpu import CpuSampler
+from vnd_core.flight import hostcpu
 
 from vnd_ros import messages, runtime
 from vnd_ros.bag import BagError, BagRecorder, read_messages
@@ -64,7 +64,7 @@ SETTLE_AFTER_DONE_S = 1.0  # keep recording this long after 'done' (last replies
 PROGRESS_PERIOD_S = 0.5  # progress line refresh (a TTY); non-TTY prints every 10 s
 SPIN_STEP_S = 0.02
 LATENCY_FILE = "control_latency.npz"  # per-tick latency samples (numpy arrays, no pickle)
-HOST_CPU_FILE = "host_cpu.npz"  # the machine's CPU times, once a second (vnd_core.flight.hostcpu)
+HOST_CPU_FILE = "host_cpu.npz"  # the machine's CPU times, 10 Hz (vnd_core.flight.hostcpu)
 META_FILE = "flight_meta.json"
 
 
@@ -302,7 +302,7 @@ class FlightMonitor:
             if measure_latency and runtime.BACKEND == "dds"
             else None
         )
-        self.cpu = CpuSampler()  # the host's CPU times (steal), beside the latency
+        self.cpu = hostcpu.CpuSampler()  # the host's CPU times (steal), beside the latency
 
     def _on_condition(self, msg: Any) -> None:
         self.condition = str(msg.data)
@@ -678,7 +678,6 @@ def _latency(
 def _host_cpu(path: Path, tick_wall_s: np.ndarray | None, latency_ms: np.ndarray) -> dict:
     """The machine's steal time over the flight and the latency split by it (hostcpu.py)."""
     from vnd_core.dynamics import CONTROL_PERIOD_S
-    from vnd_core.flight import hostcpu
 
     if tick_wall_s is None or not path.is_file():
         return {"sampled": False}
