@@ -211,7 +211,7 @@ def make_eval_set(
 
 
 @torch.no_grad()
-def model_rollout_cost(
+def rollout_errors(
     policy: PolicyNet,
     policy_z: torch.Tensor,
     dynamics: Dynamics,
@@ -220,12 +220,12 @@ def model_rollout_cost(
     crash_distance_m: float,
     dt_s: float,
     delay_ticks: int = 1,
-) -> float:
-    """Mean position error (m) of ``policy`` (reading ``policy_z`` (R, nz)) tracking the eval
-    references on ``dynamics`` (the learned model as the policy was trained on it) driven by
-    ``eval_set.z_model``; each command reaches the dynamics ``delay_ticks`` ticks late (the
-    deployed loop has at least that much latency, and the learned model cannot represent it);
-    errors capped at the crash distance, a non-finite state counts as a crash."""
+) -> torch.Tensor:
+    """Mean position error (R,) [m] per rollout of ``policy`` (reading ``policy_z`` (R, nz))
+    tracking the eval references on ``dynamics`` (the learned model as the policy was trained
+    on it) driven by ``eval_set.z_model``; each command reaches the dynamics ``delay_ticks``
+    ticks late (the deployed loop has at least that much latency, and the learned model cannot
+    represent it); errors capped at the crash distance, a non-finite state counts as a crash."""
     state = eval_set.initial.clone()
     r = state.shape[0]
     n_prev = policy.config.n_prev_actions
@@ -247,7 +247,24 @@ def model_rollout_cost(
         crashed |= ~(error < crash_distance_m)  # NaN compares False: a crash
         total += torch.where(crashed, torch.full_like(error, crash_distance_m), error)
         state = torch.where(crashed[:, None], eval_set.initial, state)  # keep crashed finite
-    return float(total.mean() / ticks)
+    return total / ticks
+
+
+def model_rollout_cost(
+    policy: PolicyNet,
+    policy_z: torch.Tensor,
+    dynamics: Dynamics,
+    eval_set: EvalSet,
+    ticks: int,
+    crash_distance_m: float,
+    dt_s: float,
+    delay_ticks: int = 1,
+) -> float:
+    """Mean over the rollouts of :func:`rollout_errors` [m]."""
+    errors = rollout_errors(
+        policy, policy_z, dynamics, eval_set, ticks, crash_distance_m, dt_s, delay_ticks
+    )
+    return float(errors.mean())
 
 
 def calm_tracking_regression(

@@ -313,8 +313,8 @@ def vnd_losses(
     rec = mmd = slow = residual.new_zeros(())
     if config.use_latent:
         whole = len(z) - num_spliced - num_short
-        rec = reconstruction_l2(
-            model.decoder(z[:whole]), model.encoder.normalizer(batch.context[:whole])
+        rec = reconstruction_l2(  # of what the encoder reads
+            model.decoder(z[:whole]), model.encoder.normalized(batch.context[:whole])
         )
         mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
         if partner_context is not None:

@@ -27,6 +27,9 @@ from vnd_core.vnd.features import (
 )
 from vnd_core.vnd.residual import FiLMResidual
 
+# first context feature column the encoder reads, per VNDModelConfig.encoder_inputs (a feature
+# row is the INPUT_DIM dynamics inputs followed by the prior-error components)
+ENCODER_FIRST_COLUMN = {"all": 0, "prior_error": INPUT_DIM}
 INPUT_STD_FLOOR = 1e-2  # smallest std a dynamics input is normalised by (m/s, 1, rad/s, N)
 
 
@@ -53,6 +56,13 @@ class VNDModelConfig:
     # window's whenever it departs from the whole window's by more than a threshold fitted on
     # the data (:meth:`VNDModel.deployed_latent`).
     short_context_len: int = 0
+    # What the encoder reads of each context transition: "prior_error" (its 12 components) or
+    # "all" 28 features (the 16 dynamics inputs too, as every model before session 13). The
+    # dynamics inputs say how the vehicle was flown, which changes when a new policy flies the
+    # same condition: an encoder reading them put wind B 1.8-2.7 away from its replay latent
+    # (wind B to calm: 2.3-2.6) once the update that learned it tilted into it, and that update
+    # flew wind B at 7.8-10.8 cm against 3.8-4.5 cm with the replay latent held (session 13).
+    encoder_inputs: str = "prior_error"
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -68,6 +78,11 @@ class VNDModelConfig:
             )
         if self.action_delay_ticks < 0:
             raise ValueError(f"action_delay_ticks must be >= 0, got {self.action_delay_ticks}")
+        if self.encoder_inputs not in ENCODER_FIRST_COLUMN:
+            raise ValueError(
+                f"encoder_inputs must be one of {sorted(ENCODER_FIRST_COLUMN)}, "
+                f"got {self.encoder_inputs!r}"
+            )
         if not self.dt_s > 0 or self.prior_substeps < 1:
             raise ValueError(
                 f"need dt_s > 0 and prior_substeps >= 1, got {self.dt_s}, {self.prior_substeps}"
@@ -98,7 +113,12 @@ class VNDModel(nn.Module):
         cfg = self.config
         self.vehicle = vehicle
         self.prior = NominalModel(vehicle, NominalModelConfig(cfg.dt_s, cfg.prior_substeps))
-        self.encoder = ContextEncoder(CONTEXT_FEATURE_DIM, cfg.latent_dim, cfg.encoder_hidden)
+        self.encoder = ContextEncoder(
+            CONTEXT_FEATURE_DIM,
+            cfg.latent_dim,
+            cfg.encoder_hidden,
+            ENCODER_FIRST_COLUMN[cfg.encoder_inputs],
+        )
         self.residual = FiLMResidual(
             INPUT_DIM,
             RESIDUAL_DIM,
@@ -108,7 +128,7 @@ class VNDModel(nn.Module):
             cfg.residual_out_gain,
         )
         self.decoder = ContextDecoder(
-            cfg.latent_dim, cfg.context_len, CONTEXT_FEATURE_DIM, cfg.decoder_hidden
+            cfg.latent_dim, cfg.context_len, self.encoder.input_dim, cfg.decoder_hidden
         )
         # Set once statistics come from data; a warm-started fit keeps them (see fit.py).
         self.register_buffer("normalizers_fitted", torch.zeros((), dtype=torch.bool))
@@ -136,8 +156,10 @@ class VNDModel(nn.Module):
     def from_architecture(cls, arch: dict[str, Any], vehicle: VehicleParams) -> VNDModel:
         """Rebuild an untrained model from :meth:`architecture` output; load weights after.
 
-        Unknown, missing-without-default or mistyped fields raise ConfigError naming them.
+        Unknown, missing-without-default or mistyped fields raise ConfigError naming them. A
+        bundle written before ``encoder_inputs`` existed has an encoder that reads every feature.
         """
+        arch = {"encoder_inputs": "all", **arch}
         return cls(vehicle, from_mapping(VNDModelConfig, arch, "vnd model architecture"))
 
     # ----------------------------------------------------------------- inference
@@ -309,9 +331,10 @@ class VNDModel(nn.Module):
         # the encoder reads the context view of the states (data.py: "Two views")
         seen = torch.cat([rows["context_inputs"], rows["context_targets"]], dim=-1)
         seen_std = seen.std(dim=0) if len(seen) > 1 else torch.ones(seen.shape[-1])
+        first = self.encoder.first_column
         self.encoder.normalizer.set_stats(
-            seen.mean(dim=0),
-            torch.maximum(seen_std, torch.cat([input_std, target_std])),
+            seen.mean(dim=0)[first:],
+            torch.maximum(seen_std, torch.cat([input_std, target_std]))[first:],
             min_std=0.0,
         )
         self.normalizers_fitted.fill_(True)
