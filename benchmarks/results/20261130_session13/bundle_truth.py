@@ -21,7 +21,10 @@ from vnd_core.evaluation import continual_loop as cl
 from vnd_core.scenario import Phase, load_scenario
 
 PHASE_S = 20.0
-BASE = Path(__file__).resolve().parents[3] / "ros2_ws/src/vnd_core/vnd_core/data/base_agile.safetensors"
+BASE = (
+    Path(__file__).resolve().parents[3]
+    / "ros2_ws/src/vnd_core/vnd_core/data/base_agile.safetensors"
+)
 
 
 def calm_a_b():

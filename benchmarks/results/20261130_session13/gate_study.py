@@ -33,7 +33,10 @@ from vnd_core.learner.policy_update import TrustRegion, anchored_dynamics, resid
 from vnd_core.scenario import load_scenario
 from vnd_ros.commands import fly
 
-BASE = Path(__file__).resolve().parents[3] / "ros2_ws/src/vnd_core/vnd_core/data/base_agile.safetensors"
+BASE = (
+    Path(__file__).resolve().parents[3]
+    / "ros2_ws/src/vnd_core/vnd_core/data/base_agile.safetensors"
+)
 
 
 def kmeans(z: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
@@ -63,7 +66,9 @@ def design(learner, active, candidate, dataset, dynamics, rollouts, ticks, score
     dt_s = model.prior.config.dt_s
 
     def errors(policy, z):
-        full = val.rollout_errors(policy, z, dynamics, eval_set, ticks, v.crash_distance_m, dt_s, delay)
+        full = val.rollout_errors(
+            policy, z, dynamics, eval_set, ticks, v.crash_distance_m, dt_s, delay
+        )
         if score_from == 0:
             return full
         head = val.rollout_errors(
@@ -89,8 +94,10 @@ def summarise(cand, act, z, conditions, k=3) -> dict:
             "cand": round(float(cand[m].mean()), 4),
             "act": round(float(act[m].mean()), 4),
             "rel": round(float(cand[m].mean() / act[m].mean() - 1.0), 4),
-            "paired_se": round(float((cand[m] - act[m]).std() / np.sqrt(m.sum()) / act[m].mean()), 4),
-            "conditions": dict(Counter(c for c, keep in zip(conditions, m) if keep)),
+            "paired_se": round(
+                float((cand[m] - act[m]).std() / np.sqrt(m.sum()) / act[m].mean()), 4
+            ),
+            "conditions": dict(Counter(c for c, keep in zip(conditions, m, strict=True) if keep)),
         }
     return out
 
@@ -109,7 +116,10 @@ def main() -> None:
         t_s = clock.to_scenario_s(records.stamp_ns)
         starts_s = np.array([p.start_s for p in phases])
         records.condition = np.array(
-            [phases[i].name for i in np.clip(np.searchsorted(starts_s, t_s, side="right") - 1, 0, None)]
+            [
+                phases[i].name
+                for i in np.clip(np.searchsorted(starts_s, t_s, side="right") - 1, 0, None)
+            ]
         )
         previous = base
         for entry in index["bundles"]:

@@ -29,8 +29,8 @@ from vnd_ros.commands import fly
 NAMES = ("calm", "wind_a", "wind_b")
 
 
-def replay_means(run: Path, model) -> dict[str, np.ndarray]:
-    """Mean latent (nz,) of the model's encoder over the replay windows of each condition."""
+def replay_contexts(run: Path, model, condition: str) -> torch.Tensor:
+    """Context features (N, C, 28) of every replay window of ``condition`` (replay to 170 s)."""
     config = LearnerConfig.standard()
     meta = json.loads((run / "flight_meta.json").read_text())
     flight = fly.read_flight(run / "bag", meta["vehicle"])
@@ -38,15 +38,18 @@ def replay_means(run: Path, model) -> dict[str, np.ndarray]:
     records = read_transitions(run / "learner" / "replay")
     t_s = clock.to_scenario_s(records.stamp_ns)
     conditions = condition_of(t_s, load_scenario(meta["scenario"]))
-    out = {}
-    for name in NAMES:
-        keep = np.flatnonzero((conditions == name) & (t_s > 2.0) & (t_s < 170.0))
-        segments = to_segments(records.take(keep), config.control_period_s, config.gap_factor)
-        dataset = TransitionDataset(model.prior, segments, model.config.action_delay_ticks)
-        starts = dataset.window_starts(model.context_len, 0)
-        with torch.no_grad():
-            out[name] = model.encoder(dataset.context(starts, model.context_len)).mean(0).numpy()
-    return out
+    keep = np.flatnonzero((conditions == condition) & (t_s > 2.0) & (t_s < 170.0))
+    segments = to_segments(records.take(keep), config.control_period_s, config.gap_factor)
+    dataset = TransitionDataset(model.prior, segments, model.config.action_delay_ticks)
+    return dataset.context(dataset.window_starts(model.context_len, 0), model.context_len)
+
+
+def replay_means(run: Path, model) -> dict[str, np.ndarray]:
+    """Mean latent (nz,) of the model's encoder over the replay windows of each condition."""
+    with torch.no_grad():
+        return {
+            name: model.encoder(replay_contexts(run, model, name)).mean(0).numpy() for name in NAMES
+        }
 
 
 def flown(bundle, z_of_t=None):
@@ -74,8 +77,10 @@ def main() -> None:
     torch.set_num_threads(1)
     run = Path(sys.argv[1])
     for item in sys.argv[2:]:
-        path = Path(item) if item.endswith(".safetensors") else (
-            run / "learner" / "bundles" / f"v{int(item):04d}.safetensors"
+        path = (
+            Path(item)
+            if item.endswith(".safetensors")
+            else (run / "learner" / "bundles" / f"v{int(item):04d}.safetensors")
         )
         bundle = load_bundle(path)
         version = item
@@ -97,13 +102,11 @@ def main() -> None:
             offset[name] = {
                 "mean_gap": round(float(np.linalg.norm(gap)), 3),
                 "spread": round(float(np.nanstd(zs[rows], 0).mean()), 3),
-                "between_conditions": round(
-                    float(np.linalg.norm(means[name] - means["calm"])), 3
-                ),
+                "between_conditions": round(float(np.linalg.norm(means[name] - means["calm"])), 3),
             }
         fixed_cm, _ = flown(
             bundle,
-            lambda t_s: means[NAMES[min(int(t_s // PHASE_S), 2)]].astype(np.float32),
+            lambda t_s, means=means: means[NAMES[min(int(t_s // PHASE_S), 2)]].astype(np.float32),
         )
         row = {"run": run.name, "version": version, "encoder_cm": encoder_cm,
                "fixed_z_cm": fixed_cm, "latent": offset}  # fmt: skip

@@ -5,11 +5,12 @@ result on the true plant per condition (session 13 study).
 
 For each RUN_DIR:FROM_VERSION, the learner starts from that registry bundle (1: the shipped base
 bundle), ingests the run's replay up to the start of the update that made DATA_OF (default
-FROM_VERSION + 1) in the flight (decided time minus its cycle time) and runs one update with ``LearnerConfig.standard``
-plus OVERRIDES (``vnd fly --learner-overrides`` syntax). The gates' margins are opened so that
-the candidate is always emitted; what the gates measured is kept. The candidate is flown by
-``bundle_truth.steady_errors`` (calm, wind A, wind B, 20 s each, encoder in the loop). One JSON
-line per update: TAG, the update's data, its gate figures, its wall times and the errors.
+FROM_VERSION + 1) in the flight (decided time minus its cycle time) and runs one update with
+``LearnerConfig.standard`` plus OVERRIDES (``vnd fly --learner-overrides`` syntax). The gates'
+margins are opened so that the candidate is always emitted; what the gates measured is kept. The
+candidate is flown by ``bundle_truth.steady_errors`` (calm, wind A, wind B, 20 s each, encoder
+in the loop). One JSON line per update: TAG, the update's data, its gate figures, its wall times
+and the errors.
 """
 
 import json
@@ -27,10 +28,14 @@ from vnd_core.evaluation.replay_bag import read_transitions
 from vnd_core.learner import ContinualLearner, LearnerConfig
 
 SAVE_DIR = os.environ.get("SAVE_DIR", "")  # keep each candidate bundle there when set
-OPEN_GATES = {"validation": {"cost_margin_frac": 100.0, "calm_margin_m": 100.0, "hover_max_dev_m": 100.0}}
+OPEN_GATES = {
+    "validation": {"cost_margin_frac": 100.0, "calm_margin_m": 100.0, "hover_max_dev_m": 100.0}
+}
 
 
-def replay_update(run: Path, from_version: int, overrides: dict, data_of: int | None = None) -> dict:
+def replay_update(
+    run: Path, from_version: int, overrides: dict, data_of: int | None = None
+) -> dict:
     """One update from ``from_version`` on the run's replay up to the start of the update that
     made version ``data_of`` (default: ``from_version + 1``) in the flight."""
     index = json.loads((run / "learner" / "bundles" / "index.json").read_text())
