@@ -42,7 +42,9 @@ from vnd_core.vnd.synthetic import simulate_with_forces
 
 VEHICLE = load_vehicle("agile")
 PERIOD_S = 0.02
+CONTEXT_LEN = 20  # the window counts below are worked out for it
 TINY = LearnerConfig.quick(
+    model=VNDModelConfig(context_len=CONTEXT_LEN),
     min_new_ticks=100,
     min_interval_s=1.0,
     fit=FitConfig(steps=5, batch_size=16),
@@ -107,7 +109,7 @@ def test_an_update_waits_for_flight_the_prior_does_not_explain():
 
 def constant_force_model(records: TickRecords) -> VNDModel:
     """A model whose residual is the mean prior velocity error of ``records``, whatever z."""
-    model = VNDModel(VEHICLE, VNDModelConfig(latent_dim=4))
+    model = VNDModel(VEHICLE, VNDModelConfig(latent_dim=4, context_len=CONTEXT_LEN))
     dataset = TransitionDataset(model.prior, to_segments(records, PERIOD_S), 2)
     mean_error = dataset.tensors()["targets"].mean(dim=0)
     with torch.no_grad():

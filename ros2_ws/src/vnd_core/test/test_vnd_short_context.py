@@ -51,8 +51,12 @@ def fit(vehicle, short_context_len: int) -> tuple[VNDModel, object]:
     """A model fitted on about 3000 noisy ticks, and its fit report."""
     torch.manual_seed(0)
     # the option was measured (and these figures taken) with the encoder reading every feature
+    # of a 20-transition window
     config = VNDModelConfig(
-        action_delay_ticks=0, short_context_len=short_context_len, encoder_inputs="all"
+        action_delay_ticks=0,
+        short_context_len=short_context_len,
+        encoder_inputs="all",
+        context_len=CONTEXT_LEN,
     )
     model = VNDModel(vehicle, config)
     report = fit_vnd(model, condition_set(vehicle, 15, seed=0), FitConfig.quick(seed=0))

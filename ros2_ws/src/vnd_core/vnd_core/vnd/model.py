@@ -38,7 +38,11 @@ class VNDModelConfig:
     """Architecture of a VND model; every field is JSON-serialisable (bundle metadata)."""
 
     latent_dim: int = 8  # size of z
-    context_len: int = 20  # C: context transitions the encoder reads (0.4 s at 50 Hz)
+    # C: context transitions the encoder reads (0.24 s at 50 Hz). The latent follows a change
+    # once about half the window holds the new condition: with 20 it reached a returning wind
+    # 0.3 s after the onset (each 0.1 s of that adds 0.1-0.2 s of recovery); with 12 the demo
+    # recovered in 0.86 / 0.94 s against 1.02-1.12 s, with no loss of steady tracking (session 13).
+    context_len: int = 12
     encoder_hidden: int = 32  # GRU hidden size
     residual_hidden: tuple[int, ...] = (64, 64)  # FiLM-modulated hidden layers of the residual
     film_hidden: int = 32  # hidden size of the z -> (gamma, beta) generator
@@ -59,9 +63,10 @@ class VNDModelConfig:
     # What the encoder reads of each context transition: "prior_error" (its 12 components) or
     # "all" 28 features (the 16 dynamics inputs too, as every model before session 13). The
     # dynamics inputs say how the vehicle was flown, which changes when a new policy flies the
-    # same condition: an encoder reading them put wind B 1.8-2.7 away from its replay latent
-    # (wind B to calm: 2.3-2.6) once the update that learned it tilted into it, and that update
-    # flew wind B at 7.8-10.8 cm against 3.8-4.5 cm with the replay latent held (session 13).
+    # same condition: in five of seven demo runs, an encoder reading them put wind B 1.6-2.7
+    # away from its replay latent (wind B to calm: 2.3-2.6) once the update that learned it
+    # tilted into it, and that update flew wind B at 7.2-10.8 cm against 3.8-4.5 cm with the
+    # replay latent held (session 13).
     encoder_inputs: str = "prior_error"
 
     def validate(self) -> None:
