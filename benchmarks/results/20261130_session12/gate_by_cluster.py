@@ -26,18 +26,10 @@ from vnd_ros.commands import fly
 
 
 def per_rollout_cost(policy, z, dynamics, eval_set, v, dt_s, delay) -> torch.Tensor:
-    """model_rollout_cost's per-rollout errors (R,): the mean of R single-rollout sets."""
-    rows = []
-    for r in range(len(eval_set.initial)):
-        mask = torch.zeros(len(eval_set.initial), dtype=torch.bool)
-        mask[r] = True
-        one = eval_set.subset(mask)
-        rows.append(
-            val.model_rollout_cost(
-                policy, z[mask], dynamics, one, v.eval_ticks, v.crash_distance_m, dt_s, delay
-            )
-        )
-    return torch.tensor(rows)
+    """The gate's rollout errors (R,), one per rollout (``validation.rollout_errors``)."""
+    return val.rollout_errors(
+        policy, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay
+    )
 
 
 def kmeans(z: np.ndarray, k: int, seed: int = 0) -> np.ndarray:

@@ -54,9 +54,9 @@ from vnd_core.learner.validation import (
     calm_tracking_regression,
     hover_deviation_m,
     make_eval_set,
-    model_rollout_cost,
     model_worse_than_prior,
     non_finite_tensor,
+    rollout_errors,
 )
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, TrainerConfig
@@ -703,10 +703,11 @@ class ContinualLearner:
         # the model maps the action issued d ticks ago to the next state: roll out with that lag
         delay = model.config.action_delay_ticks or v.delay_ticks
 
-        def cost(p: PolicyNet, z: torch.Tensor) -> float:
-            return model_rollout_cost(
+        def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
+            errors = rollout_errors(
                 p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay
             )
+            return float(errors.mean())
 
         candidate_cost = cost(policy, eval_set.z_model)
         active_cost = cost(active.policy, eval_set.z_active)

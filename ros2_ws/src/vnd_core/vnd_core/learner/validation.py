@@ -250,23 +250,6 @@ def rollout_errors(
     return total / ticks
 
 
-def model_rollout_cost(
-    policy: PolicyNet,
-    policy_z: torch.Tensor,
-    dynamics: Dynamics,
-    eval_set: EvalSet,
-    ticks: int,
-    crash_distance_m: float,
-    dt_s: float,
-    delay_ticks: int = 1,
-) -> float:
-    """Mean over the rollouts of :func:`rollout_errors` [m]."""
-    errors = rollout_errors(
-        policy, policy_z, dynamics, eval_set, ticks, crash_distance_m, dt_s, delay_ticks
-    )
-    return float(errors.mean())
-
-
 def calm_tracking_regression(
     candidate: PolicyNet,
     active: PolicyNet,
@@ -285,7 +268,7 @@ def calm_tracking_regression(
     dynamics = prior_dynamics(prior)
 
     def cost(policy: PolicyNet, z: torch.Tensor) -> float:
-        return model_rollout_cost(
+        errors = rollout_errors(
             policy,
             z,
             dynamics,
@@ -295,6 +278,7 @@ def calm_tracking_regression(
             prior.config.dt_s,
             delay_ticks,
         )
+        return float(errors.mean())
 
     figures["candidate"] = cost(candidate, calm.z_model)
     figures["active"] = cost(active, calm.z_active)
