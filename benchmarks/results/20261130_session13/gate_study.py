@@ -24,14 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from vnd_core import flight_report as fr
+from model_forgetting import labelled_replay
 from vnd_core.bundle import load_bundle
-from vnd_core.evaluation.replay_bag import read_transitions
 from vnd_core.learner import ContinualLearner, LearnerConfig
 from vnd_core.learner import validation as val
 from vnd_core.learner.policy_update import TrustRegion, anchored_dynamics, residual_bound
-from vnd_core.scenario import load_scenario
-from vnd_ros.commands import fly
 
 BASE = (
     Path(__file__).resolve().parents[3]
@@ -107,20 +104,10 @@ def main() -> None:
     out_path = Path(sys.argv[1])
     base = load_bundle(BASE)
     for run in map(Path, sys.argv[2:]):
-        records = read_transitions(run / "learner" / "replay")
+        records, _, conditions = labelled_replay(run)
+        records.condition = conditions  # ground truth, read back from the dataset's labels
         index = json.loads((run / "learner" / "bundles" / "index.json").read_text())
         meta = json.loads((run / "flight_meta.json").read_text())
-        flight = fly.read_flight(run / "bag", meta["vehicle"])
-        clock = fr.ScenarioClock(flight.clock_points, meta["real_time_factor"])
-        phases = load_scenario(meta["scenario"]).phases
-        t_s = clock.to_scenario_s(records.stamp_ns)
-        starts_s = np.array([p.start_s for p in phases])
-        records.condition = np.array(
-            [
-                phases[i].name
-                for i in np.clip(np.searchsorted(starts_s, t_s, side="right") - 1, 0, None)
-            ]
-        )
         previous = base
         for entry in index["bundles"]:
             candidate = load_bundle(run / "learner" / "bundles" / entry["file"])

@@ -15,16 +15,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from bundle_truth import PHASE_S, calm_a_b
-from model_forgetting import condition_of
-from vnd_core import flight_report as fr
+from model_forgetting import labelled_replay
 from vnd_core.bundle import load_bundle
 from vnd_core.evaluation import continual_loop as cl
-from vnd_core.evaluation.replay_bag import read_transitions
 from vnd_core.learner import LearnerConfig
 from vnd_core.learner.segmenter import to_segments
-from vnd_core.scenario import load_scenario
 from vnd_core.vnd.data import TransitionDataset
-from vnd_ros.commands import fly
 
 NAMES = ("calm", "wind_a", "wind_b")
 
@@ -32,12 +28,7 @@ NAMES = ("calm", "wind_a", "wind_b")
 def replay_contexts(run: Path, model, condition: str) -> torch.Tensor:
     """Context features (N, C, 28) of every replay window of ``condition`` (replay to 170 s)."""
     config = LearnerConfig.standard()
-    meta = json.loads((run / "flight_meta.json").read_text())
-    flight = fly.read_flight(run / "bag", meta["vehicle"])
-    clock = fr.ScenarioClock(flight.clock_points, meta["real_time_factor"])
-    records = read_transitions(run / "learner" / "replay")
-    t_s = clock.to_scenario_s(records.stamp_ns)
-    conditions = condition_of(t_s, load_scenario(meta["scenario"]))
+    records, t_s, conditions = labelled_replay(run)
     keep = np.flatnonzero((conditions == condition) & (t_s > 2.0) & (t_s < 170.0))
     segments = to_segments(records.take(keep), config.control_period_s, config.gap_factor)
     dataset = TransitionDataset(model.prior, segments, model.config.action_delay_ticks)

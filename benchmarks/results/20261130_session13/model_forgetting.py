@@ -34,16 +34,22 @@ def condition_of(t_s: np.ndarray, scenario) -> np.ndarray:
     return np.array([scenario.phases[i].name for i in index])
 
 
+def labelled_replay(run: Path):
+    """A demo run's replay store (TickRecords, N ticks), each tick's scenario time (N,) [s] and
+    its scenario phase name (N,) (from the run's bag and flight_meta.json)."""
+    meta = json.loads((run / "flight_meta.json").read_text())
+    flight = fly.read_flight(run / "bag", meta["vehicle"])
+    clock = fr.ScenarioClock(flight.clock_points, meta["real_time_factor"])
+    records = read_transitions(run / "learner" / "replay")
+    t_s = clock.to_scenario_s(records.stamp_ns)
+    return records, t_s, condition_of(t_s, load_scenario(meta["scenario"]))
+
+
 def main() -> None:
     torch.set_num_threads(1)
     config = LearnerConfig.standard()
     for run in map(Path, sys.argv[1:]):
-        meta = json.loads((run / "flight_meta.json").read_text())
-        flight = fly.read_flight(run / "bag", meta["vehicle"])
-        clock = fr.ScenarioClock(flight.clock_points, meta["real_time_factor"])
-        records = read_transitions(run / "learner" / "replay")
-        t_s = clock.to_scenario_s(records.stamp_ns)
-        conditions = condition_of(t_s, load_scenario(meta["scenario"]))
+        records, t_s, conditions = labelled_replay(run)
         bundles = sorted((run / "learner" / "bundles").glob("v*.safetensors"))
         models = {load_bundle(p).version: load_bundle(p).model for p in bundles}
         row: dict = {"run": run.name}

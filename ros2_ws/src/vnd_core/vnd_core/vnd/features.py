@@ -84,10 +84,11 @@ def prior_error(
 def context_features(
     prior: NominalModel, states: torch.Tensor, actions: torch.Tensor
 ) -> torch.Tensor:
-    """Encoder input of a window: states (..., C+1, 13), actions (..., C, 4) -> (..., C, 28).
+    """Context features of a window: states (..., C+1, 13), actions (..., C, 4) -> (..., C, 28).
 
     Step k of the result describes the transition ``states[k] --actions[k]--> states[k+1]``:
-    its dynamics input followed by its prior error.
+    its dynamics input followed by its prior error. The encoder reads the columns its
+    architecture names (``VNDModelConfig.encoder_inputs``: all, or the prior error only).
     """
     if states.shape[-2] != actions.shape[-2] + 1:
         raise ValueError(
