@@ -8,6 +8,16 @@ ticks later than 1.5 control periods. Prints one JSON object last:
 ``{"p50_ms", "p99_ms", "missed_ticks", "duration_s", ..., "host_cpu"}``; ``host_cpu`` has the
 machine's vCPU steal over the flight and the p99 and late ticks of the 10-s windows with and
 without steal, so a figure the hypervisor caused can be told from one the stack caused.
+
+``host_stalls`` (from the report) goes further: ``vnd fly`` runs a SCHED_FIFO 99 probe pinned
+to each CPU (``vnd_core.flight.hoststall``) that records every wake-up the host delayed by 1 ms
+or more, and puts each policy tick later than 1.5 periods (the policy's missed-tick rule, from
+the command publication times) against them: ``late_ticks_with_host_stall`` are those during
+which one CPU lost at least half as much time to such stalls as the tick was late,
+``late_ticks_without_host_stall`` are the stack's to explain. Each late tick also carries the
+longest gap of the odometry it answers (a late input points upstream). The policy's log breaks
+each late tick down by its thread's scheduling (ran, waited for a CPU, off-CPU).
+``--no-host-probe`` flies without the probe.
 """
 
 from __future__ import annotations
@@ -56,6 +66,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=300.0, help="flight seconds")
     parser.add_argument("--out", type=Path, help="run folder (default: a temporary one)")
+    parser.add_argument(
+        "--no-host-probe", action="store_true", help="fly without the host stall probe"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="vnd_latency_") as tmp:
         scenario = Path(tmp) / "latency_endurance.yaml"
@@ -65,6 +78,8 @@ def main() -> int:
             sys.executable, "-m", "vnd_ros.cli", "fly", "--scenario", str(scenario),
             "--out", str(out), "--timeout", str(args.duration + 180.0),
         ]  # fmt: skip
+        if args.no_host_probe:
+            command.append("--no-host-probe")
         # A failed stack process (say the learner) still leaves a report: read it and say so.
         flown = subprocess.run(command, stdout=subprocess.DEVNULL)
         report_path = out / "report.json"
@@ -85,6 +100,7 @@ def main() -> int:
         "stack_failures": report.get("stack_failures") or [],
         # the host's vCPU steal and the latency split by it (vnd_core.flight.hostcpu)
         "host_cpu": report.get("host_cpu"),
+        "host_stalls": report.get("host_stalls"),
     }
     print(json.dumps(result))
     return 0 if flown.returncode == 0 else 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 
 import numpy as np
 import pytest
@@ -27,7 +28,14 @@ from vnd_core.flight.safety import (
     SafetyConfig,
     SafetyFilter,
 )
-from vnd_core.flight.stats import LatencyWindow, RateEstimator, ReasonCounter, TickMonitor
+from vnd_core.flight.stats import (
+    LatencyWindow,
+    RateEstimator,
+    ReasonCounter,
+    ThreadSchedStat,
+    TickMonitor,
+    late_tick_breakdown,
+)
 from vnd_core.vehicle import load_vehicle
 
 TICK_NS = 20_000_000
@@ -323,6 +331,33 @@ def test_tick_monitor_counts_missed_ticks_from_overruns() -> None:
     assert missed == [0, 0, 0, 0, 1, 1, 2, 0]
     assert monitor.ticks == 8 and monitor.missed_ticks == 4
     assert monitor.max_interval_ns == 61_000_000
+    assert monitor.last_interval_ns == 20_000_000
+
+
+@pytest.mark.skipif(ThreadSchedStat().read() is None, reason="no /proc/thread-self/schedstat")
+def test_thread_schedstat_counts_this_threads_cpu_time_and_not_its_sleep() -> None:
+    sched = ThreadSchedStat()
+    before = sched.read()
+    end = time.thread_time_ns() + 30_000_000
+    while time.thread_time_ns() < end:  # 30 ms on a CPU
+        pass
+    time.sleep(0.05)  # 50 ms off it
+    after = sched.read()
+    sched.close()
+    assert sched.read() is None  # closed
+    ran_ms = (after[0] - before[0]) / 1e6
+    assert 29.0 <= ran_ms < 60.0
+    assert after[1] >= before[1]  # run-queue wait never goes back
+
+
+def test_late_tick_breakdown_splits_the_interval() -> None:
+    split = late_tick_breakdown(43_000_000, (100_000_000, 5_000_000), (101_500_000, 20_000_000))
+    assert split == {
+        "interval_ms": 43.0,
+        "ran_ms": 1.5,
+        "waited_for_cpu_ms": 15.0,
+        "off_cpu_ms": 26.5,
+    }
 
 
 def test_latency_window_percentiles_over_the_last_samples() -> None:

@@ -30,6 +30,11 @@ Definitions (also written into report.md):
   others, with the p99 latency and the late ticks (more than 1.5 control periods after the
   previous command) of each; a late tick is "during steal" when the samples around its gap
   show steal time. Steal is outside the stack's reach: no scheduling class helps against it.
+- Host stalls (``host_stalls``, ``vnd fly`` on Linux): a probe pinned to each CPU at the top
+  real-time priority records every wake-up the host delayed by 1 ms or more
+  (``vnd_core.flight.hoststall``); every policy tick more than 1.5 periods after the previous
+  one (the policy's missed-tick rule; watchdog ticks count) is put against them, with the
+  time each CPU lost inside its gap and the longest odometry gap around it.
 """
 
 from __future__ import annotations
@@ -407,6 +412,9 @@ def summary_table(data: dict[str, Any]) -> str:
     host = data.get("host_cpu") or {}
     if host.get("sampled"):
         lines.append(_host_line(host))
+    stalls = data.get("host_stalls") or {}
+    if stalls.get("probed") and stalls.get("probe"):
+        lines.append(_stall_line(stalls))
     updates = data["model_updates"]
     pushes = ", ".join(
         f"v{u['version']} decided {_fmt(u['decided_s'], 1)} s active {_fmt(u['active_s'], 1)} s"
@@ -437,6 +445,21 @@ def _host_line(host: dict[str, Any]) -> str:
         f"others (steal up to {_fmt_pct(steal['max_steal'])}): {steal['windows']}, "
         f"p99 {_fmt(steal['p99_ms'], 3)} ms, {steal['late_ticks']} late ticks; "
         f"late ticks during steal: {host['late_ticks_during_steal']} of {host['late_ticks']}"
+    )
+
+
+def _stall_line(stalls: dict[str, Any]) -> str:
+    """What the per-CPU probe saw the host take, and how many late ticks it explains."""
+    lost = ", ".join(
+        f"CPU {cpu} {cpu_stats['stall_total_ms']:.0f} ms in {cpu_stats['stalls']} "
+        f"(longest {cpu_stats['longest_ms']:.1f} ms)"
+        for cpu, cpu_stats in stalls["probe"].items()
+    )
+    return (
+        f"host stalls (per-CPU SCHED_FIFO 99 probe, wake-ups >= 1 ms late): {lost}; "
+        f"policy ticks > 1.5 periods apart: {stalls['late_ticks']}, "
+        f"{stalls['late_ticks_with_host_stall']} with the host taking a CPU for at least half "
+        "the delay"
     )
 
 

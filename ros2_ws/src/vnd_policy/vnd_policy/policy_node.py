@@ -60,7 +60,9 @@ from vnd_core.flight.stats import (
     LatencyWindow,
     RateEstimator,
     ReasonCounter,
+    ThreadSchedStat,
     TickMonitor,
+    late_tick_breakdown,
 )
 from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import load_scenario
@@ -117,6 +119,8 @@ class PolicyNode(Node):
     def __init__(self) -> None:
         super().__init__("policy")
         self.bundles: BundleRuntime | None = None  # set once the parameters are read
+        self.sched = ThreadSchedStat()  # the tick thread's (this one: the executor's)
+        self.last_sched: tuple[int, int] | None = None  # its reading at the previous tick
         self.cfg = freeze_parameters(self, PolicyNodeConfig)
         self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         vehicle = load_vehicle(self.cfg.vehicle)
@@ -301,13 +305,27 @@ class PolicyNode(Node):
             self.latency.add_ns(published_ns - odom_stamp_ns)
         self.tick_count += 1
         self.replay_pub.publish(self.transition(record, odom_stamp_ns))
-        self.ticks.tick(self.last_tick_mono_ns)
+        self._check_tick_interval()
         self.rate.add(published_ns)
         # Status goes out right after a command, when the next odometry is a period away: a
         # timer firing just before an odometry sample delayed that tick's command by the
         # status's cost (1-Hz pattern of > 2 ms ticks in a demo run).
         if self._status_due(published_ns):
             self.publish_status()
+
+    def _check_tick_interval(self) -> None:
+        """Count the tick; a late one is logged with where its interval went (schedstat)."""
+        sched = self.sched.read()
+        if self.ticks.tick(self.last_tick_mono_ns) and sched and self.last_sched:
+            split = late_tick_breakdown(self.ticks.last_interval_ns, self.last_sched, sched)
+            self.get_logger().warning(
+                f"late tick {split['interval_ms']:.1f} ms after the previous one: this thread "
+                f"ran {split['ran_ms']:.1f} ms, waited {split['waited_for_cpu_ms']:.1f} ms for "
+                f"a CPU, off-CPU {split['off_cpu_ms']:.1f} ms (asleep, blocked, or its vCPU "
+                "taken by the host)",
+                throttle_duration_sec=1.0,
+            )
+        self.last_sched = sched
 
     def _schedule_watchdog(self, fresh: bool) -> None:
         """Next watchdog tick: one period + margin after an odometry tick; on the 50 Hz grid
@@ -394,6 +412,7 @@ class PolicyNode(Node):
         """Stop the bundle loader (if start-up got that far), then leave the graph."""
         if self.bundles is not None:
             self.bundles.close()
+        self.sched.close()
         super().destroy_node()
 
 

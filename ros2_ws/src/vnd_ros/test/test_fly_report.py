@@ -236,6 +236,7 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
     assert update["push_s"] == pytest.approx(0.25, abs=1e-3)
     assert data["control_latency_ms"]["p99"] == pytest.approx(0.9)  # NodeStatus fallback
     assert data["host_cpu"] == {"sampled": False}  # no per-tick samples to split
+    assert data["host_stalls"] == {"probed": False}  # flown without the probe
     assert "p0" in table and (run / "report.png").is_file() and (run / "report.md").is_file()
 
 
@@ -268,3 +269,52 @@ def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):
     assert "< 1% steal: 2, p99 0.800 ms, 0 late ticks" in line
     assert "others (steal up to" in line and "1, p99 4.000 ms" in line
     assert line.endswith("late ticks during steal: 0 of 0")
+
+
+def test_fly_puts_late_ticks_against_the_host_stalls_and_prints_them(tmp_path):
+    """host_stalls.npz + the per-tick samples -> report.json's host_stalls and its line."""
+    from vnd_core.flight import hoststall
+    from vnd_ros.commands import fly
+
+    ticks_s = 600.0 + 0.02 * np.arange(500)
+    ticks_s[100:] += 0.015  # tick 100 is 35 ms after tick 99 ...
+    ticks_s[300:] += 0.015  # ... and so is tick 300
+    odom_s = np.sort(np.concatenate([ticks_s - 0.001, ticks_s + 0.009]))
+    np.savez(
+        tmp_path / fly.LATENCY_FILE,
+        command_stamp_ns=(ticks_s * 1e9).astype(np.int64),
+        command_source_ns=(ticks_s * 1e9).astype(np.int64),
+        odom_stamp_ns=(odom_s * 1e9).astype(np.int64),
+        odom_source_ns=(odom_s * 1e9).astype(np.int64),
+    )
+    # CPU 1 lost 12 ms inside tick 100's gap; nothing around tick 300's
+    gap_start = ticks_s[99] + 0.004
+    stall = np.array([[gap_start, gap_start + hoststall.PROBE_PERIOD_S + 0.012]])
+    probes = [
+        hoststall.CpuStalls(0, True, 5000, np.zeros(0), np.zeros(0)),
+        hoststall.CpuStalls(1, True, 5000, stall[:, 0], stall[:, 1]),
+    ]
+    hoststall.save_stalls(tmp_path / fly.HOST_STALLS_FILE, probes)
+    stalls = fly._host_stalls(tmp_path / fly.HOST_STALLS_FILE, tmp_path / fly.LATENCY_FILE)
+    assert stalls["probed"] and stalls["late_ticks"] == 2
+    assert stalls["late_ticks_with_host_stall"] == 1
+    assert [row["host"] for row in stalls["late"]] == [True, False]
+    assert stalls["late"][0]["cpu_lost_ms"] == {"0": 0.0, "1": pytest.approx(12.0)}
+    assert stalls["probe"]["1"]["stalls"] == 1 and stalls["probe"]["0"]["wakeups"] == 5000
+    assert fly._host_stalls(tmp_path / "missing.npz", tmp_path / fly.LATENCY_FILE) == {
+        "probed": False
+    }
+    data = {
+        "phases": [],
+        "control_latency_ms": {"p50": 0.8, "p99": 1.0, "samples": 500},
+        "missed_ticks": 2,
+        "model_updates": [],
+        "host_stalls": stalls,
+    }
+    line = fr.summary_table(data).splitlines()[2]
+    assert line.startswith("host stalls (per-CPU SCHED_FIFO 99 probe")
+    assert "CPU 1 12 ms in 1 (longest 12.0 ms)" in line
+    assert line.endswith(
+        "policy ticks > 1.5 periods apart: 2, 1 with the host taking a CPU "
+        "for at least half the delay"
+    )

@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 import numpy as np
 import yaml
-from vnd_core.flight import hostcpu
+from vnd_core.flight import hostcpu, hoststall
 
 from vnd_ros import messages, runtime
 from vnd_ros.bag import BagError, BagRecorder, read_messages
@@ -65,6 +65,7 @@ PROGRESS_PERIOD_S = 0.5  # progress line refresh (a TTY); non-TTY prints every 1
 SPIN_STEP_S = 0.02
 LATENCY_FILE = "control_latency.npz"  # per-tick latency samples (numpy arrays, no pickle)
 HOST_CPU_FILE = "host_cpu.npz"  # the machine's CPU times, 10 Hz (vnd_core.flight.hostcpu)
+HOST_STALLS_FILE = "host_stalls.npz"  # the per-CPU stall probe's (vnd_core.flight.hoststall)
 META_FILE = "flight_meta.json"
 
 
@@ -85,6 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--launch-file", type=Path, default=LAUNCH_FILE, help="sim launch file (default: ours)"
+    )
+    parser.add_argument(
+        "--no-host-probe",
+        action="store_true",
+        help="fly without the per-CPU probe that tells host stalls from the stack's",
     )
     parser.add_argument(
         "--report-only", type=Path, metavar="RUN", help="recompute the report of a recorded run"
@@ -135,6 +141,7 @@ class FlightOptions:
     timeout_s: float = 0.0  # wall-time limit (0 = duration / rtf + STARTUP_ALLOWANCE_S)
     topics: tuple[str, ...] = RECORD_TOPICS  # recorded topics (relative to the namespace)
     measure_latency: bool = True  # raw DDS readers for per-tick latency (dds backend)
+    host_probe: bool = True  # per-CPU SCHED_FIFO probe of host stalls (Linux)
     progress: TextIO | None = None  # where the progress line goes (default stdout)
 
     @classmethod
@@ -152,6 +159,7 @@ class FlightOptions:
             seed=args.seed,
             launch_file=args.launch_file,
             timeout_s=args.timeout,
+            host_probe=not args.no_host_probe,
         )
 
 
@@ -216,7 +224,10 @@ def fly(options: FlightOptions) -> FlightOutcome:
     recorder = BagRecorder(out / "bag", topics, node_name="vnd_fly_recorder").start()
     monitor = FlightMonitor(options.vehicle, options.measure_latency)
     outcome = FlightOutcome("interrupted", 130)
+    probe = hoststall.StallProbe() if options.host_probe and sys.platform == "linux" else None
     try:
+        if probe is not None:
+            probe.start()
         service.start()
         outcome = monitor.watch(service, vital, timeout_s, options.progress or sys.stdout)
     finally:
@@ -232,6 +243,11 @@ def fly(options: FlightOptions) -> FlightOutcome:
             outcome = FlightOutcome("stack failed", 1, service.failures)
         monitor.save_latency(out / LATENCY_FILE)
         monitor.cpu.save(out / HOST_CPU_FILE)
+        if probe is not None:
+            try:
+                hoststall.save_stalls(out / HOST_STALLS_FILE, probe.stop())
+            except RuntimeError as err:  # the report then says the flight was not probed
+                print(f"vnd fly: no host stall record: {err}", file=sys.stderr)
         monitor.close()
         meta.update(
             wall_end_s=time.time(),
@@ -480,6 +496,7 @@ def write_report(run_dir: Path) -> str:
         "stack_failures": meta["failures"],
         "latency_other": latency_extra,
         "host_cpu": _host_cpu(run_dir / HOST_CPU_FILE, tick_wall_s, latency_ms),
+        "host_stalls": _host_stalls(run_dir / HOST_STALLS_FILE, run_dir / LATENCY_FILE),
         "nodes": inputs.final_nodes,
         "learner": inputs.final_learner,
         "vehicle_crashed": inputs.crash_stamp_ns is not None,
@@ -685,6 +702,19 @@ def _host_cpu(path: Path, tick_wall_s: np.ndarray | None, latency_ms: np.ndarray
         wall_s, cpu_times = data["wall_s"], data["cpu_times"]
     split = hostcpu.steal_by_window(wall_s, cpu_times, tick_wall_s, latency_ms, CONTROL_PERIOD_S)
     return {"sampled": False} if split is None else {"sampled": True, **split}
+
+
+def _host_stalls(path: Path, samples_path: Path) -> dict:
+    """Every policy tick of the recording (watchdog ticks too: the policy's missed-tick rule)
+    put against the host stalls the probe saw (hoststall.py)."""
+    from vnd_core.dynamics import CONTROL_PERIOD_S
+
+    if not path.is_file() or not samples_path.is_file():
+        return {"probed": False}
+    with np.load(samples_path, allow_pickle=False) as data:
+        ticks_s, odom_s = data["command_source_ns"] / 1e9, data["odom_source_ns"] / 1e9
+    probes = hoststall.load_stalls(path)
+    return hoststall.host_stall_report(probes, ticks_s, odom_s, CONTROL_PERIOD_S)
 
 
 def _model_updates(index_path: Path, inputs: FlightInputs, clock: Any) -> list:
