@@ -320,9 +320,10 @@ class PolicyNode(Node):
             split = late_tick_breakdown(self.ticks.last_interval_ns, self.last_sched, sched)
             self.get_logger().warning(
                 f"late tick {split['interval_ms']:.1f} ms after the previous one: this thread "
-                f"ran {split['ran_ms']:.1f} ms, waited {split['waited_for_cpu_ms']:.1f} ms for "
-                f"a CPU, off-CPU {split['off_cpu_ms']:.1f} ms (asleep, blocked, or its vCPU "
-                "taken by the host)",
+                f"on a CPU {split['ran_ms']:.1f} ms, waiting for one "
+                f"{split['waited_for_cpu_ms']:.1f} ms, off-CPU {split['off_cpu_ms']:.1f} ms "
+                "(host stalls the guest does not see as steal count as on a CPU; report.json "
+                "host_stalls has what the host took)",
                 throttle_duration_sec=1.0,
             )
         self.last_sched = sched

@@ -163,11 +163,13 @@ SCHEDSTAT_PATH = "/proc/thread-self/schedstat"
 class ThreadSchedStat:
     """CPU time and run-queue wait of the thread that created it (Linux schedstat).
 
-    A late tick's interval splits into the time the tick thread ran, the time it was ready
-    but waited for a CPU (other tasks of its priority, or the vCPU under it taken while it
-    was queued), and the rest: asleep, blocked (the GIL, a lock, I/O) or running on a vCPU the
-    host took away. The file is opened once, by the thread measured; a read is one ``pread``
-    (a few microseconds). Elsewhere than Linux :meth:`read` returns None.
+    A late tick's interval splits into the time the tick thread was on a CPU, the time it was
+    ready but waited for one (other tasks of its priority, or the vCPU under it taken while it
+    was queued), and the rest: asleep or blocked (the GIL, a lock, I/O). Time the host takes
+    from a running vCPU counts as on a CPU unless the guest accounts it as steal (measured on
+    a nested VM: a tick "on a CPU" 23 ms while the host stall probe saw 16-19 ms taken).
+    The file is opened once, by the thread measured; a read is one ``pread`` (a few
+    microseconds). Elsewhere than Linux :meth:`read` returns None.
     """
 
     def __init__(self, path: str = SCHEDSTAT_PATH) -> None:
