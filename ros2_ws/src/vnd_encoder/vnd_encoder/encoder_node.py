@@ -27,6 +27,7 @@ from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, encoder_validator
 from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_core.flight.realtime import request_realtime
 from vnd_core.flight.stats import LatencyWindow, RateEstimator, TickMonitor
 from vnd_core.vehicle import load_vehicle
 from vnd_ros.messages import get_message
@@ -59,6 +60,9 @@ class EncoderNodeConfig:
     smoke_budget_us: float = param(100000.0, "bundle check: median per-tick encode limit (us)")
     startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
     status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
+    realtime_priority: int = param(
+        0, "SCHED_FIFO priority of the encoder, 1-99, below the control path's; 0 = off"
+    )
 
 
 class EncoderNode(Node):
@@ -68,6 +72,7 @@ class EncoderNode(Node):
         super().__init__("encoder")
         self.bundles: BundleRuntime | None = None  # set once the parameters are read
         self.cfg = freeze_parameters(self, EncoderNodeConfig)
+        self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         validator = encoder_validator(load_vehicle(self.cfg.vehicle), self.cfg.smoke_budget_us)
         self.bundles = BundleRuntime(self.get_fully_qualified_name(), validator)
         path = self.cfg.bundle or str(shipped_bundle_path())
