@@ -4,13 +4,15 @@ The 10-Hz steal samples of :mod:`vnd_core.flight.hostcpu` count steal in 10-ms u
 cannot place a short steal burst against one late tick. This probe can: one process per CPU,
 pinned to it and run under SCHED_FIFO at the highest priority, sleeps ``period_s`` at a time
 and records every wake-up that came more than ``threshold_s`` late. Nothing the stack runs can
-delay such a process (the control path runs at a lower FIFO priority, everything else under
-the normal scheduler), so a stall it sees is the host's: the hypervisor took the vCPU away, or
-the kernel ran with interrupts off. A late tick with no probe stall around it is the stack's.
+delay such a process (the control path and the encoder run at lower FIFO priorities, the rest
+under the normal or idle scheduler), so a stall it sees is the host's: the hypervisor took the
+vCPU away, or the kernel ran with interrupts off. A late tick with no probe stall around it is
+the stack's.
 
-The probe costs about 2 % of a core per CPU (500 wake-ups a second). Linux only; without
-CAP_SYS_NICE it still runs, at normal priority, and says so (its stalls then include ordinary
-scheduling delay and prove nothing about the host).
+The probe costs about 2.7 % of a core per CPU (500 wake-ups a second; measured idle over
+20 s). Linux only; without CAP_SYS_NICE it still runs, at normal priority, and says so
+(``realtime`` false: its stalls then include ordinary scheduling delay and prove nothing about
+the host).
 """
 
 from __future__ import annotations
