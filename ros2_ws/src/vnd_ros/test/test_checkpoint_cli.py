@@ -144,5 +144,5 @@ def test_inspect_offline(bundles, capsys):
     out = capsys.readouterr().out
     assert "version:         2 (parent 1)" in out
     assert "check:           loads" in out
-    assert vnd_main(["checkpoint", "inspect", str(bundles["truncated"])]) == 0
+    assert vnd_main(["checkpoint", "inspect", str(bundles["truncated"])]) == 1
     assert "INVALID" in capsys.readouterr().out

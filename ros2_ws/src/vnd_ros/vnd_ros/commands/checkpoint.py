@@ -144,9 +144,13 @@ def _inspect(args: argparse.Namespace) -> int:
             if version is None:
                 return 1
             path = find_version(version, Path(args.run_dir))
-        print(describe_bundle(path))
+        text, problem = describe_bundle(path)
+        print(text)
     except (OSError, LookupError, ValueError) as err:
         print(f"vnd checkpoint inspect: error: {err}", file=sys.stderr)
+        return 1
+    if problem:  # the table says INVALID; scripts also need the exit code and stderr
+        print(f"vnd checkpoint inspect: error: {path}: invalid bundle: {problem}", file=sys.stderr)
         return 1
     return 0
 
@@ -188,8 +192,12 @@ def find_version(version: int, run_dir: Path) -> Path:
     raise LookupError(f"version {version} is neither in {index_path} nor the shipped bundle")
 
 
-def describe_bundle(path: Path) -> str:
-    """Human-readable metadata of the bundle file at ``path``, and whether it loads."""
+def describe_bundle(path: Path) -> tuple[str, str]:
+    """Human-readable metadata of the bundle file at ``path``, and why it does not load.
+
+    Returns ``(text, problem)``: ``problem`` is "" when the bundle loads (sha256, shapes,
+    finite weights), else the loader's reason (corrupt bytes, bad metadata, hash mismatch).
+    """
     from vnd_core.bundle import BundleError, load_bundle, read_metadata
 
     data = path.read_bytes()
@@ -198,7 +206,7 @@ def describe_bundle(path: Path) -> str:
     try:
         meta = read_metadata(data)
     except BundleError as err:
-        return "\n".join([*lines, f"INVALID:         {err}"])
+        return "\n".join([*lines, f"INVALID:         {err}"]), str(err)
     lines += [
         f"version:         {meta.get('version')} (parent {meta.get('parent_version')})",
         f"format version:  {meta.get('format_version')}",
@@ -211,12 +219,14 @@ def describe_bundle(path: Path) -> str:
     if summary:
         lines.append("summary:")
         lines += [f"  {key}: {_short(value)}" for key, value in sorted(summary.items())]
+    problem = ""
     try:
         load_bundle(data)
         lines.append("check:           loads (sha256, shapes, finite weights)")
     except BundleError as err:
-        lines.append(f"INVALID:         {err}")
-    return "\n".join(lines)
+        problem = str(err)
+        lines.append(f"INVALID:         {problem}")
+    return "\n".join(lines), problem
 
 
 def _vehicle_text(vehicle: Any) -> str:
