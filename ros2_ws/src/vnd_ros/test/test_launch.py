@@ -72,7 +72,7 @@ def test_unknown_attribute_names_file_line_and_attribute(tmp_path):
     with pytest.raises(LaunchError) as err:
         parse_launch_file(path)
     assert f"{path}:5:" in str(err.value)
-    assert "unsupported attribute 'nmae' of 'node'" in str(err.value)
+    assert "'node': unsupported attribute 'nmae'" in str(err.value)
 
 
 def test_substitution_syntax_errors(tmp_path):

@@ -2,7 +2,8 @@
 
 Like ``ros2 launch``, also accepts ``vnd launch PACKAGE FILE`` (FILE searched in the package's
 share directory). SIGINT or SIGTERM stop every process (SIGINT, then SIGTERM and SIGKILL after
-the timeouts); the exit code is 0 only when no process crashed or stopped uncleanly.
+the timeouts); so does the exit of a process marked ``on_exit: shutdown``, whose reason is the
+last line. The exit code is 0 only when no process crashed or stopped uncleanly.
 """
 
 from __future__ import annotations
@@ -102,11 +103,14 @@ def _run_until_signal(service: LaunchService) -> int:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         service.start()
-        while not stop.is_set():
+        code = None
+        while code is None and not stop.is_set():
             code = service.wait(timeout_s=0.1)
-            if code is not None:
-                return code
-        return service.shutdown()
+        if code is None:
+            code = service.shutdown()
+        if service.shutdown_reason is not None:
+            print(f"vnd launch: {service.shutdown_reason}", file=sys.stderr)
+        return code
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -7,17 +7,19 @@
 
 from vnd_ros.launch.parser import LaunchDescription, parse_launch_file
 from vnd_ros.launch.resolve import ProcessSpec, ResolvedLaunch, resolve_launch
-from vnd_ros.launch.runner import LaunchService, ProcessInfo
+from vnd_ros.launch.runner import LaunchEvent, LaunchService, ProcessInfo, RespawnPolicy
 from vnd_ros.launch.source import LaunchError, Location
 
 __all__ = [
     "LaunchDescription",
     "LaunchError",
+    "LaunchEvent",
     "LaunchService",
     "Location",
     "ProcessInfo",
     "ProcessSpec",
     "ResolvedLaunch",
+    "RespawnPolicy",
     "parse_launch_file",
     "resolve_launch",
 ]

@@ -53,6 +53,8 @@ class ProcessSpec:
     respawn_delay_s: float  # wait before a restart
     node_name: str | None  # fully qualified ROS node name when set in the file ("/ns/name")
     where: Location  # tag that declared it
+    respawn_max_retries: int = -1  # respawns allowed; negative = no fixed limit (ros2 launch)
+    required: bool = False  # on_exit: shutdown -- its exit shuts the whole launch down
 
 
 @dataclass
@@ -197,14 +199,8 @@ class _Resolver:
             raise LaunchError(message, action.where)
         respawn_text = _optional(options.respawn, scope)
         respawn = respawn_text is not None and condition_value(respawn_text, action.where)
-        delay_text = _optional(options.respawn_delay_s, scope) or "0"
-        try:
-            delay_s = float(delay_text)
-        except ValueError:
-            delay_s = -1.0
-        if delay_s < 0.0:
-            message = f"respawn_delay must be a non-negative number, got '{delay_text}'"
-            raise LaunchError(message, action.where)
+        delay_s = 0.0 if options.respawn_delay_s is None else options.respawn_delay_s
+        retries = -1 if options.respawn_max_retries is None else options.respawn_max_retries
         self.result.processes.append(
             ProcessSpec(
                 name=self._unique(label),
@@ -216,6 +212,8 @@ class _Resolver:
                 respawn_delay_s=delay_s,
                 node_name=node_name,
                 where=action.where,
+                respawn_max_retries=retries,
+                required=options.required,
             )
         )
 

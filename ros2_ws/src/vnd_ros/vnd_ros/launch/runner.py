@@ -1,6 +1,14 @@
 """Run resolved launch processes: one OS process each, output prefixed or logged, crashes
 reported (and respawned where asked), shutdown forwarded as SIGINT -> SIGTERM -> SIGKILL.
 
+Failure semantics follow ros2 launch: a process with ``on_exit: shutdown`` (``required``) ends
+the whole launch when it exits, with the reason and a non-zero exit code unless it exited 0;
+``respawn_max_retries`` bounds the respawns of a process. One rule is ours: a process that
+dies within ``RespawnPolicy.startup_window_s`` of starting is respawned with a doubling delay
+and given up after ``startup_failure_limit`` such deaths in a row, because a fatal start-up
+error (a bad vehicle file, a broken install) does not heal by retrying, and a crash loop hides
+the first error under its repetitions. ros2 launch, without respawn_max_retries, retries forever.
+
 Children start in their own process group: a terminal Ctrl-C then reaches only the launcher,
 which forwards exactly one SIGINT per child (ros2 launch has the same single-signal contract),
 and signalling the group also reaches anything a child itself started. The flip side: stop the
@@ -32,6 +40,16 @@ _LOG_TAIL_LINES = 10  # lines of a crashed process's log shown on screen
 
 
 @dataclass(frozen=True)
+class RespawnPolicy:
+    """When ``vnd launch`` stops respawning a crash-looping process."""
+
+    startup_window_s: float = 10.0  # a run shorter than this counts as a start-up failure
+    startup_failure_limit: int = 3  # start-up failures in a row after which respawning stops
+    backoff_max_s: float = 30.0  # cap of the delay, which doubles per start-up failure
+    backoff_min_s: float = 0.25  # base of the doubling when the file's respawn_delay is 0
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     """A snapshot of one launched process."""
 
@@ -41,6 +59,27 @@ class ProcessInfo:
     returncode: int | None  # exit status of the last run, None while running
     starts: int  # how many times it was started (1 + respawns)
     node_name: str | None  # fully qualified node name when the launch file set one
+    required: bool = False  # on_exit: shutdown -- its exit ends the launch
+    respawn_pending: bool = False  # exited and waiting for its scheduled respawn
+    gave_up: str | None = None  # why respawning stopped (budget used up), None otherwise
+
+    @property
+    def respawns(self) -> int:
+        """How many times the process was restarted after an exit."""
+        return max(self.starts - 1, 0)
+
+
+@dataclass(frozen=True)
+class LaunchEvent:
+    """Something the launcher did or saw, in order (``LaunchService.events``)."""
+
+    kind: str  # "exit", "respawn" (scheduled), "gave_up" or "required_exit"
+    name: str  # process label
+    time_s: float  # time.monotonic() when it happened
+    pid: int | None  # pid of the run concerned
+    returncode: int | None  # exit status of that run ("exit", "gave_up", "required_exit")
+    uptime_s: float | None  # how long that run lived
+    detail: str  # the line reported for it
 
 
 def default_log_dir() -> Path:
@@ -62,6 +101,9 @@ class _Child:
         self.reader: threading.Thread | None = None
         self.log_path: Path | None = None
         self.log_offset = 0  # size of the log file when the current run started
+        self.started_at = 0.0  # monotonic time of the current run's start
+        self.startup_failures = 0  # consecutive runs that died inside the start-up window
+        self.gave_up: str | None = None  # why respawning stopped
 
     @property
     def running(self) -> bool:
@@ -89,10 +131,16 @@ class LaunchService:
         sigint_timeout_s: float = 5.0,
         sigterm_timeout_s: float = 5.0,
         poll_period_s: float = 0.05,
+        respawn_policy: RespawnPolicy | None = None,
     ) -> None:
         """``screen``: where 'screen' output goes (default stdout); ``report(level, text)``
-        receives launcher events (default: ``[LEVEL] [launch]: text`` on stderr)."""
+        receives launcher events (default: ``[LEVEL] [launch]: text`` on stderr);
+        ``respawn_policy``: the start-up crash budget (default ``RespawnPolicy()``)."""
         self._children = [_Child(spec) for spec in processes]
+        self._policy = respawn_policy or RespawnPolicy()
+        self._events: list[LaunchEvent] = []
+        self._shutdown_reason: str | None = None
+        self._stopper: threading.Thread | None = None
         self._log_dir = log_dir
         self._screen = screen
         self._report_fn = report or _print_report
@@ -141,9 +189,24 @@ class LaunchService:
                     returncode=child.returncode,
                     starts=child.starts,
                     node_name=child.spec.node_name,
+                    required=child.spec.required,
+                    respawn_pending=child.respawn_at is not None,
+                    gave_up=child.gave_up,
                 )
                 for child in self._children
             ]
+
+    @property
+    def events(self) -> list[LaunchEvent]:
+        """Exits, scheduled respawns, given-up respawns and required exits, in order."""
+        with self._cond:
+            return list(self._events)
+
+    @property
+    def shutdown_reason(self) -> str | None:
+        """Why the launch shut itself down (a required process exited), None otherwise."""
+        with self._cond:
+            return self._shutdown_reason
 
     @property
     def failures(self) -> list[str]:
@@ -178,20 +241,8 @@ class LaunchService:
         Cancels pending respawns, reaps every child and returns the exit code.
         """
         with self._cond:
-            self._shutting_down = True
-            for child in self._children:
-                if child.respawn_at is not None:
-                    child.respawn_at, child.done = None, True
-            targets = [child for child in self._children if child.running]
-            self._cond.notify_all()
-        escalation = (
-            (signal.SIGINT, self._sigint_timeout_s),
-            (signal.SIGTERM, self._sigterm_timeout_s),
-            (signal.SIGKILL, self._sigterm_timeout_s),
-        )
-        for signum, timeout_s in escalation:
-            if not self._signal_and_wait(targets, signum, timeout_s):
-                break
+            targets = self._begin_shutdown()
+        self._escalate(targets)
         if self._monitor is not None:
             self._monitor.join()
         self._join_threads()
@@ -208,6 +259,31 @@ class LaunchService:
 
     def _report(self, level: str, text: str) -> None:
         self._report_fn(level, text)
+
+    def _begin_shutdown(self) -> list[_Child]:
+        """Stop respawning; the children still running (lock held)."""
+        self._shutting_down = True
+        for child in self._children:
+            if child.respawn_at is not None:
+                child.respawn_at, child.done = None, True
+        self._cond.notify_all()
+        return [child for child in self._children if child.running]
+
+    def _escalate(self, targets: list[_Child]) -> None:
+        """SIGINT, then SIGTERM, then SIGKILL the targets still running after each timeout."""
+        escalation = (
+            (signal.SIGINT, self._sigint_timeout_s),
+            (signal.SIGTERM, self._sigterm_timeout_s),
+            (signal.SIGKILL, self._sigterm_timeout_s),
+        )
+        for signum, timeout_s in escalation:
+            if not self._signal_and_wait(targets, signum, timeout_s):
+                break
+
+    def _event(self, kind: str, child: _Child, code: int | None, now: float, detail: str) -> None:
+        pid = None if child.popen is None else child.popen.pid
+        uptime_s = None if child.popen is None else now - child.started_at
+        self._events.append(LaunchEvent(kind, child.spec.name, now, pid, code, uptime_s, detail))
 
     def _fail(self, text: str) -> None:
         self._failures.append(text)
@@ -242,6 +318,7 @@ class LaunchService:
             self._fail(f"process '{spec.name}' could not start: {err} ({spec.where})")
             return
         child.popen, child.returncode, child.respawn_at = popen, None, None
+        child.started_at = time.monotonic()
         child.starts += 1
         self._report("INFO", f"process '{spec.name}' started with pid {popen.pid}")
         if spec.output == "log" and log_file is not None:
@@ -303,16 +380,68 @@ class LaunchService:
             else:
                 self._fail(f"process '{spec.name}' (pid {pid}) stopped with exit code {code}")
             return
+        uptime_s = now - child.started_at
         if code == 0:
-            self._report("INFO", f"process '{spec.name}' (pid {pid}) finished cleanly")
+            line = f"process '{spec.name}' (pid {pid}) finished cleanly"
+            self._report("INFO", line)
         else:
-            tail = self._tail(child)
-            self._fail(f"process '{spec.name}' (pid {pid}) died with exit code {code}{tail}")
-        if spec.respawn:
-            child.respawn_at = now + spec.respawn_delay_s
-            self._report("INFO", f"respawning '{spec.name}' in {spec.respawn_delay_s:g} s")
+            line = f"process '{spec.name}' (pid {pid}) died with exit code {code}"
+            self._fail(line + self._tail(child))
+        self._event("exit", child, code, now, line)
+        if spec.required:
+            self._required_exit(child, code, now)
+        elif spec.respawn:
+            self._schedule_respawn(child, code, uptime_s, now)
         else:
             child.done = True
+
+    def _required_exit(self, child: _Child, code: int, now: float) -> None:
+        """``on_exit: shutdown``: end the launch, off the monitor thread (lock held)."""
+        child.done = True
+        how = "finished cleanly" if code == 0 else f"exited with code {code}"
+        reason = f"required process '{child.spec.name}' {how}: shutting the launch down"
+        self._shutdown_reason = reason
+        self._event("required_exit", child, code, now, reason)
+        self._report("INFO" if code == 0 else "ERROR", reason)
+        targets = self._begin_shutdown()
+        self._stopper = threading.Thread(
+            target=self._escalate, args=(targets,), name="vnd-launch-stop", daemon=True
+        )
+        self._stopper.start()
+
+    def _schedule_respawn(self, child: _Child, code: int, uptime_s: float, now: float) -> None:
+        """Respawn within the budgets, with a doubling delay after start-up failures."""
+        spec, policy = child.spec, self._policy
+        quick = uptime_s < policy.startup_window_s
+        child.startup_failures = child.startup_failures + 1 if quick else 0
+        respawns = child.starts - 1
+        reason = None
+        if 0 <= spec.respawn_max_retries <= respawns:
+            reason = f"respawn_max_retries ({spec.respawn_max_retries}) used up"
+        elif child.startup_failures >= policy.startup_failure_limit:
+            reason = (
+                f"it died within {policy.startup_window_s:g} s of starting "
+                f"{child.startup_failures} times in a row"
+            )
+        if reason is not None:
+            child.done, child.gave_up = True, reason
+            line = f"not respawning '{spec.name}' again: {reason} (last exit code {code})"
+            self._event("gave_up", child, code, now, line)
+            self._fail(line)
+            return
+        delay_s = spec.respawn_delay_s
+        if child.startup_failures > 1:
+            base_s = max(spec.respawn_delay_s, policy.backoff_min_s)
+            delay_s = min(base_s * 2.0 ** (child.startup_failures - 1), policy.backoff_max_s)
+        child.respawn_at = now + delay_s
+        line = f"respawning '{spec.name}' in {delay_s:g} s"
+        if quick:
+            line += (
+                f" (start-up failure {child.startup_failures} of "
+                f"{policy.startup_failure_limit}: it lived {uptime_s:.1f} s)"
+            )
+        self._event("respawn", child, code, now, line)
+        self._report("INFO", line)
 
     def _tail(self, child: _Child) -> str:
         """Last lines of a 'log'-only child's output: the crash would be invisible otherwise."""
@@ -347,6 +476,8 @@ class LaunchService:
         return True
 
     def _join_threads(self) -> None:
+        if self._stopper is not None:
+            self._stopper.join()
         for child in self._children:
             if child.reader is not None:
                 child.reader.join(timeout=2.0)
