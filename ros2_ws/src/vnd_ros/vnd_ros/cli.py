@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+# Exit code after the reader of stdout went away (``vnd status | head -1``): 128 + SIGPIPE, what
+# the shell reports for a writer that SIGPIPE ended (``yes | head -1``), so ``set -o pipefail``
+# scripts see the same code for vnd as for any other Unix tool.
+EXIT_BROKEN_PIPE = 141
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -47,7 +53,24 @@ def _module_exists(module: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the chosen subcommand; returns the process exit code."""
+    """Parse ``argv`` and run the chosen subcommand; returns the process exit code.
+
+    A closed stdout pipe ends any command quietly with :data:`EXIT_BROKEN_PIPE` (no traceback).
+    """
+    try:
+        code = _run(argv)
+        sys.stdout.flush()  # the last buffered lines meet a closed pipe here, not at exit
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; pointing it at /dev/null keeps that flush from
+        # raising a second time and printing "Exception ignored ... BrokenPipeError".
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _run(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     commands = _available()
     parser = argparse.ArgumentParser(prog="vnd", description="VND flight stack tools")

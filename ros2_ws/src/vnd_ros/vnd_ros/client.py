@@ -3,9 +3,11 @@
 Requests and answers are topics (DESIGN.md section 2: services do not cross DDS vendors):
 :meth:`StackClient.checkpoint` publishes a ``vnd_msgs/CheckpointCommand`` with a fresh request
 id on ``/<ns>/vnd/checkpoint/command`` and collects the ``vnd_msgs/CheckpointStatus`` answers
-carrying that id. How many answers to expect is read from the graph: every model-holding node
-(encoder, policy) writes ``vnd/checkpoint/status``, so the number of writers of that topic is
-the number of answering nodes (1 when the request targets one node).
+carrying that id. Which nodes must answer is read from the graph, not guessed from a settle
+time: the nodes of the namespace that read the command topic (the model holders: encoder,
+policy), once discovery is complete (every reader those nodes announce is discovered and
+every participant announced its nodes), or the one node a request names. Every expected node
+that did not answer within the timeout is named in ``CheckpointResult.missing``.
 
 :meth:`StackClient.snapshot` reads ``vnd/node_status`` (every node, latest sample per writer:
 transient local) and ``vnd/learner/status``.
@@ -28,14 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnd_ros import messages
-from vnd_ros.bag import GraphProbe, NodeSession
+from vnd_ros.bag import NodeSession
 from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
 
 SPIN_STEP_S = 0.02  # longest executor wait: keeps deadlines and Ctrl-C prompt
 CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
-# After the first reader of the command topic matched, wait this long for the others (all
-# nodes of a stack are discovered within a few SPDP/SEDP rounds on loopback).
-MATCH_SETTLE_S = 0.5
+# Longest wait for a participant that never announces ROS nodes (a plain DDS application):
+# past it, the nodes that did announce themselves decide who must answer.
+UNANNOUNCED_PARTICIPANT_GRACE_S = 3.0
 # Controller modes (vnd_msgs/CtbrCommand MODE_*), for printing.
 NS_PER_S = 1_000_000_000
 MODE_NAMES = {0: "idle", 1: "policy", 2: "hold", 3: "land", 4: "disarmed"}
@@ -98,13 +100,25 @@ class CheckpointResult:
     """Answers to one request and whether every expected node answered in time."""
 
     request_id: str  # id sent with the request
-    expected: int  # answers expected (writers of vnd/checkpoint/status, or 1 when targeted)
-    replies: list[CheckpointReply] = field(default_factory=list)  # in arrival order
+    expected_nodes: tuple[str, ...]  # fully qualified names of the nodes that must answer
+    replies: list[CheckpointReply] = field(default_factory=list)  # sorted by node name
+    not_found: tuple[str, ...] = ()  # expected nodes never seen reading the command topic
+
+    @property
+    def expected(self) -> int:
+        """How many answers were expected."""
+        return len(self.expected_nodes)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Expected nodes that did not answer in time, sorted."""
+        answered = {reply.node for reply in self.replies}
+        return tuple(sorted(set(self.expected_nodes) - answered))
 
     @property
     def timed_out(self) -> bool:
-        """True when fewer answers than expected arrived."""
-        return len(self.replies) < self.expected
+        """True when an expected node did not answer in time."""
+        return bool(self.missing)
 
     @property
     def ok(self) -> bool:
@@ -191,6 +205,9 @@ class StackSnapshot:
 
     nodes: dict[str, NodeHealth] = field(default_factory=dict)  # node name -> latest report
     learner: LearnerHealth | None = None  # latest learner report (None: no learner seen)
+    # When this process received each node's latest report [ns since epoch, wall clock]
+    node_received_ns: dict[str, int] = field(default_factory=dict)
+    learner_received_ns: int = 0  # when the latest learner report arrived [ns, wall clock]
 
 
 def stamp_ns(stamp: Any) -> int:
@@ -290,7 +307,7 @@ class StackClient:
         publisher = self.node.create_publisher(
             command_cls, self.topic("vnd/checkpoint/command"), qos_profile_default
         )
-        expected = self._wait_for_responders(publisher, target_node, deadline)
+        expected, found = self._wait_for_responders(publisher, target_node, deadline)
         command = command_cls(
             request_id=request_id,
             action=int(action),
@@ -299,37 +316,62 @@ class StackClient:
             target_node=target_node,
         )
         set_stamp(command.header.stamp, self.node.get_clock().now().nanoseconds)
-        publisher.publish(command)
-        result = CheckpointResult(request_id, expected)
-        self.spin_until(lambda: len(replies) >= expected, deadline - time.monotonic())
+        if found:
+            publisher.publish(command)
+        result = CheckpointResult(request_id, expected, not_found=expected if not found else ())
+
+        def answered() -> bool:
+            return all(node in replies for node in expected)
+
+        if found:
+            self.spin_until(answered, deadline - time.monotonic())
         result.replies = sorted(replies.values(), key=lambda reply: reply.node)
         return result
 
-    def _wait_for_responders(self, publisher: Any, target_node: str, deadline: float) -> int:
-        """Answers to expect once the command readers matched and their count settled."""
-        probe = GraphProbe(self.node)
-        status_topic = self.topic("vnd/checkpoint/status")
+    def expected_name(self, target_node: str) -> str:
+        """Fully qualified name of ``target_node`` ('policy' or '/vnd1/policy')."""
+        if target_node.startswith("/"):
+            return target_node
+        return namespaced(self.vehicle, target_node)
+
+    def _wait_for_responders(
+        self, publisher: Any, target_node: str, deadline: float
+    ) -> tuple[tuple[str, ...], bool]:
+        """The nodes that must answer, and whether they were all found reading the command
+        topic (with the publisher matched to each) before the deadline.
+
+        Untargeted: the namespace's readers of the command topic once discovery is complete.
+        Targeted: that node. Raises ClientError when no node at all reads the command topic.
+        """
+        command_topic = self.topic("vnd/checkpoint/command")
+        namespace = namespaced(self.vehicle, "").rstrip("/") or "/"
+        search = _ReaderSearch(self.node, command_topic, namespace)
+        started = time.monotonic()
+        readers: set[str] = set()
         try:
-            settled_at: float | None = None
-            last_count = -1
             while True:
-                count = publisher.get_subscription_count()
-                writers = len(probe.writers().get(status_topic, []))
+                readers, endpoints_known, announced = search.poll()
                 now = time.monotonic()
-                if count != last_count:
-                    last_count, settled_at = count, now
-                ready = count > 0 and writers > 0 and now - settled_at >= MATCH_SETTLE_S
-                if ready or now >= deadline or not self.session.spin_once(SPIN_STEP_S):
+                announced = announced or now - started >= UNANNOUNCED_PARTICIPANT_GRACE_S
+                complete = endpoints_known and announced
+                matched = publisher.get_subscription_count() >= len(readers) > 0
+                if target_node:
+                    done = self.expected_name(target_node) in readers and matched
+                else:
+                    done = complete and matched
+                if done or now >= deadline or not self.session.spin_once(SPIN_STEP_S):
                     break
         finally:
-            probe.close()
-        if last_count <= 0:
+            search.close()
+        if target_node:
+            name = self.expected_name(target_node)
+            return (name,), name in readers and matched
+        if not readers:
             raise ClientError(
-                f"no node listens on {self.topic('vnd/checkpoint/command')} "
+                f"no node listens on {command_topic} "
                 f"(is the stack of vehicle '{self.vehicle}' running?)"
             )
-        # Each answering node writes vnd/checkpoint/status once; a targeted request has one.
-        return 1 if target_node else max(writers, 1)
+        return tuple(sorted(readers)), True
 
     # ------------------------------------------------------------------ status
     def watch_status(self) -> StackSnapshot:
@@ -339,9 +381,11 @@ class StackClient:
         def on_node(msg: Any) -> None:
             health = NodeHealth.from_msg(msg)
             snapshot.nodes[health.node] = health
+            snapshot.node_received_ns[health.node] = time.time_ns()
 
         def on_learner(msg: Any) -> None:
             snapshot.learner = LearnerHealth.from_msg(msg)
+            snapshot.learner_received_ns = time.time_ns()
 
         # Transient local with depth 1 per writer: each node's latest report arrives at once.
         self.node.create_subscription(
@@ -363,3 +407,49 @@ class StackClient:
         snapshot = self.watch_status()
         self.spin_for(spin_time_s)
         return snapshot
+
+
+class _ReaderSearch:
+    """Which nodes of a namespace read a topic, from the graph of either backend."""
+
+    def __init__(self, node: Any, topic: str, namespace: str) -> None:
+        from vnd_ros import runtime
+
+        self._node, self._topic, self._namespace = node, topic, namespace
+        self._view: Any = None
+        if runtime.BACKEND == "dds":
+            from vnd_ros.graph import GraphView
+
+            self._view = GraphView(node.context.participant)
+
+    def poll(self) -> tuple[set[str], bool, bool]:
+        """Fully qualified names of the reading nodes; whether the endpoints of the
+        namespace's nodes are all discovered; whether every participant announced its nodes
+        (see ``GraphView.readers_of``)."""
+        if self._view is not None:
+            return self._view.readers_of(self._topic, self._namespace)
+        return self._rclpy_poll()
+
+    def _rclpy_poll(self) -> tuple[set[str], bool, bool]:
+        # rclpy's graph cache maps endpoints to nodes through ros_discovery_info, as GraphView
+        # does; a node of the namespace with no reader known yet is taken as not discovered
+        # (every rclpy node reads its parameter services, so it has readers).
+        infos = self._node.get_subscriptions_info_by_topic(self._topic)
+        readers = {
+            namespaced(info.node_namespace, info.node_name)
+            for info in infos
+            if info.node_namespace == self._namespace
+        }
+        complete = True
+        for name, namespace in self._node.get_node_names_and_namespaces():
+            if namespace != self._namespace:
+                continue
+            try:
+                complete &= bool(self._node.get_subscriber_names_and_types_by_node(name, namespace))
+            except Exception:  # the node left between the two calls
+                continue
+        return readers, complete, True  # rclpy lists only nodes whose announcement arrived
+
+    def close(self) -> None:
+        """Drop the graph view's built-in readers."""
+        self._view = None
