@@ -175,6 +175,45 @@ class GraphView:
         ]
         return sorted(nodes, key=lambda n: n.fully_qualified_name)
 
+    def reader_topics(self) -> dict[bytes, str]:
+        """16-byte GUID -> ROS topic name of every reader alive on the domain."""
+        readers: dict[bytes, str] = {}
+        for endpoint in self._read_alive(self._subscriptions):
+            name = ros_topic_name(endpoint.topic_name)
+            if name is not None:
+                readers[endpoint.key.bytes] = name
+        return readers
+
+    def readers_of(self, topic: str, namespace: str) -> tuple[set[str], bool, bool]:
+        """Nodes of ``namespace`` ('/vnd1') holding a reader of ROS ``topic`` (fully qualified
+        names); whether every reader those nodes announce is discovered; and whether every
+        live participant announced its nodes. With both True the set is complete."""
+        nodes = [node for node in self.nodes() if node.namespace == namespace]
+        readers = self.reader_topics()
+        found = {
+            node.fully_qualified_name
+            for node in nodes
+            if any(readers.get(gid) == topic for gid in node.reader_gids)
+        }
+        endpoints_known = all(gid in readers for node in nodes for gid in node.reader_gids)
+        return found, endpoints_known, not self.unannounced_participants()
+
+    def unannounced_participants(self) -> set[bytes]:
+        """Live participants that may still announce ROS nodes: they write
+        ``ros_discovery_info`` but no sample of theirs arrived yet, or none of their endpoints
+        is discovered yet. A participant whose endpoints are known but that has no
+        ``ros_discovery_info`` writer is a plain DDS application and never announces."""
+        endpoints = self._read_alive(self._publications) + self._read_alive(self._subscriptions)
+        with_endpoints = {endpoint.participant_key.bytes for endpoint in endpoints}
+        announcers = {
+            endpoint.participant_key.bytes
+            for endpoint in self._read_alive(self._publications)
+            if endpoint.topic_name == DISCOVERY_TOPIC
+        }
+        self.nodes()  # take the announcements that arrived since the last call
+        waiting = self.participants() - set(self._nodes_by_participant)
+        return {gid for gid in waiting if gid in announcers or gid not in with_endpoints}
+
     def topics(self, include_hidden: bool = False) -> dict[str, TopicInfo]:
         """ROS topics by name. DDS-only topics (no 'rt/' prefix) only with ``include_hidden``."""
         topics: dict[str, TopicInfo] = {}

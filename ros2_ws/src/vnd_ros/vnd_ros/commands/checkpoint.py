@@ -109,6 +109,9 @@ def send(
     except KeyboardInterrupt:
         return 130
     print(format_result(result))
+    if result.missing:
+        missing = ", ".join(result.missing)
+        print(f"{prog}: error: no answer within {args.timeout:g} s from {missing}", file=sys.stderr)
     return 0 if result.ok else 1
 
 
@@ -123,10 +126,13 @@ def format_result(result: CheckpointResult) -> str:
             f"{reply.node}: {verdict}: {reply.message} "
             f"[active {reply.active_version}, available {held}{pin}]"
         )
+    for node in result.missing:
+        why = "not found reading the command topic" if node in result.not_found else "no answer"
+        lines.append(f"{node}: DID NOT ANSWER ({why}) to request {result.request_id}")
     if result.timed_out:
         lines.append(
             f"timed out: {len(result.replies)} of {result.expected} node(s) answered "
-            f"request {result.request_id}"
+            f"request {result.request_id}; missing: {', '.join(result.missing)}"
         )
     return "\n".join(lines)
 

@@ -1,0 +1,94 @@
+"""A model-holding node for the request/answer tests, run as its own OS process.
+
+    python checkpoint_responder.py --namespace /ns --name policy [--join-delay-s S]
+                                   [--answer-delay-s S] [--version N]
+
+Answers every ``vnd_msgs/CheckpointCommand`` addressed to it (empty target_node, its name or
+its fully qualified name) with a ``CheckpointStatus`` after ``--answer-delay-s``, the way the
+encoder and policy nodes do. ``--join-delay-s`` keeps the participant on the domain without
+any node or endpoint for that long before creating them: what a slowly discovered node looks
+like to a client (its participant is known, its endpoints are not yet). Prints 'PARTICIPANT'
+once its participant exists and 'READY' once its node's entities exist.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from vnd_ros.messages import get_message
+from vnd_ros.qos import QoSProfile, qos_profile_default
+from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
+
+NS_PER_S = 1_000_000_000
+
+
+class Responder(Node):
+    """Answers checkpoint commands after a delay."""
+
+    def __init__(self, name: str, namespace: str, answer_delay_s: float, version: int) -> None:
+        super().__init__(name, namespace=namespace)
+        self.answer_delay_s = answer_delay_s
+        self.version = version
+        self.Status = get_message("vnd_msgs/msg/CheckpointStatus")
+        self.pending: list[tuple[float, str]] = []  # (due monotonic time, request id)
+        self.answers = self.create_publisher(
+            self.Status, "vnd/checkpoint/status", QoSProfile(depth=50)
+        )
+        self.create_subscription(
+            get_message("vnd_msgs/msg/CheckpointCommand"),
+            "vnd/checkpoint/command",
+            self.on_command,
+            qos_profile_default,
+        )
+        self.create_timer(0.02, self.flush)
+
+    def on_command(self, msg) -> None:
+        target = str(msg.target_node)
+        if target and target not in (self.get_name(), self.get_fully_qualified_name()):
+            return
+        print(f"REQUEST {msg.request_id}", flush=True)
+        self.pending.append((time.monotonic() + self.answer_delay_s, str(msg.request_id)))
+
+    def flush(self) -> None:
+        now = time.monotonic()
+        due = [item for item in self.pending if item[0] <= now]
+        self.pending = [item for item in self.pending if item[0] > now]
+        for _, request_id in due:
+            answer = self.Status(
+                request_id=request_id,
+                node=self.get_fully_qualified_name(),
+                accepted=True,
+                message="listed",
+                active_version=self.version,
+                available_versions=list(range(1, self.version + 1)),
+            )
+            answer.header.stamp.sec, answer.header.stamp.nanosec = divmod(time.time_ns(), NS_PER_S)
+            self.answers.publish(answer)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--join-delay-s", type=float, default=0.0)
+    parser.add_argument("--answer-delay-s", type=float, default=0.0)
+    parser.add_argument("--version", type=int, default=1)
+    args = parser.parse_args()
+    init(args=[])
+    print("PARTICIPANT", flush=True)
+    try:
+        time.sleep(args.join_delay_s)  # participant alive, no node or endpoint announced yet
+        node = Responder(args.name, args.namespace, args.answer_delay_s, args.version)
+        print("READY", flush=True)
+        spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
