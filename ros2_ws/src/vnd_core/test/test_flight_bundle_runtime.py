@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import time
 
 import pytest
 import torch
-from vnd_core.bundle import Bundle, BundleError, bundle_to_bytes, save_bundle
+from vnd_core.bundle import Bundle, BundleError, bundle_to_bytes, load_bundle, save_bundle
+from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.flight.bundle_runtime import (
     ACTION_ACTIVATE,
     ACTION_ARM,
@@ -32,10 +34,18 @@ SMALL_MODEL = VNDModelConfig(
 )
 
 
+SHIPPED = load_bundle(shipped_bundle_path())  # its policy is trained: it flies
+
+
 def make_bundle(version: int, vehicle_name: str = "agile", latent_dim: int = 8) -> Bundle:
+    """The shipped policy (it passes the behavioural check) with a small untrained model; for
+    another vehicle or latent size a small untrained policy (refused before that check)."""
     torch.manual_seed(version)
     vehicle = load_vehicle(vehicle_name)
-    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16), latent_dim=latent_dim))
+    if vehicle_name == "agile" and latent_dim == SHIPPED.policy.latent_dim:
+        policy = copy.deepcopy(SHIPPED.policy)
+    else:
+        policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16), latent_dim=latent_dim))
     model = VNDModel(vehicle, SMALL_MODEL)
     return Bundle(version, version - 1, policy, vehicle, model=model)
 

@@ -50,9 +50,10 @@ TINY = LearnerConfig.quick(
     fit=FitConfig(steps=5, batch_size=16),
     trainer=TrainerConfig(num_envs=16, horizon_ticks=4, episode_ticks=40, iterations=2),
     # The active policy here is untrained (no base bundle needed), so it cannot hover within
-    # 0.1 m; these tests exercise the mechanics, the hover gate has its own test below.
+    # 0.1 m; these tests exercise the mechanics, the hover gate has its own test below (the
+    # behaviour gate: test_behaviour.py and the test below).
     validation=ValidationConfig(
-        eval_rollouts=8, eval_ticks=20, hover_ticks=20, hover_max_dev_m=5.0
+        eval_rollouts=8, eval_ticks=20, hover_ticks=20, hover_max_dev_m=5.0, behaviour_check=False
     ),
 )
 
@@ -340,6 +341,40 @@ def test_learner_rejects_a_policy_that_produces_nan():
     assert not result.accepted and result.bundle is None
     assert "non-finite" in result.reason and "policy" in result.reason
     assert learner.active is active  # the active bundle stays in place
+
+
+def test_behaviour_gate_keeps_a_candidate_the_policy_node_would_refuse():
+    """Gate 7 runs the policy node's behavioural check: a candidate whose output layer has its
+    sign flipped (finite, within limits) is rejected with the figure even with every other
+    gate opened wide; an ordinary update from the shipped bundle passes it."""
+    shipped = load_bundle(shipped_bundle_path())
+    wide = dataclasses.replace(
+        TINY.validation,
+        behaviour_check=True,
+        model_margin_frac=1e6,
+        cost_margin_m=1e6,
+        calm_margin_m=1e6,
+        hover_max_dev_m=1e6,
+    )
+    config = dataclasses.replace(TINY, validation=wide)
+    learner = ContinualLearner(VEHICLE, config, shipped)
+    learner.ingest(windy_records())
+    result = learner.update()
+    assert result.accepted, result.reason
+    figures = result.metrics["validation"]["behaviour"]
+    assert 0.0 < figures["max_tilt_rad"] < 0.6 and figures["max_position_error_m"] < 1.0
+
+    def flip(policy: PolicyNet) -> None:
+        with torch.no_grad():
+            policy.net[-1].weight.neg_()
+            policy.net[-1].bias.neg_()
+
+    learner.candidate_hook = flip
+    active = learner.active
+    rejected = learner.update()
+    assert not rejected.accepted and rejected.bundle is None and learner.active is active
+    assert rejected.reason.startswith("behaviour check: "), rejected.reason
+    assert "from initial state" in rejected.reason
 
 
 def test_validation_gates_on_nan_and_limits():

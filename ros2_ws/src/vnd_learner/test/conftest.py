@@ -245,6 +245,7 @@ TINY_LEARNER = {
         "model_margin_frac": 1e6,
         "cost_margin_m": 1e6,
         "hover_max_dev_m": 1e6,
+        "behaviour_check": False,  # the untrained test policies cannot hover
     },
 }
 

@@ -12,6 +12,8 @@ packages never see these topics; all traffic stays on loopback (CYCLONEDDS_URI).
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import queue
 import signal
@@ -25,7 +27,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from vnd_core.bundle import Bundle, bundle_to_bytes, pack, read_metadata, save_bundle
+from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle, pack, read_metadata, save_bundle
+from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.flight.msgfields import fill_odometry, set_stamp
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.vehicle import load_vehicle
@@ -182,12 +185,23 @@ def odometry_message(cls: type, stamp_ns: int, state: np.ndarray):
 
 
 def make_bundle(version: int, vehicle: str = "agile", with_model: bool = True) -> Bundle:
-    """A small, untrained but valid bundle."""
+    """A valid bundle that flies: the shipped base policy (trained: it passes the policy node's
+    behavioural check, an untrained one does not) and, by default, a small untrained model
+    (seeded by ``version``). Another vehicle gets a small untrained policy (refused anyway)."""
     torch.manual_seed(version)
     params = load_vehicle(vehicle)
-    policy = PolicyNet(params, PolicyConfig(hidden=(32, 32)))
+    if vehicle == "agile":
+        policy = copy.deepcopy(shipped_policy())
+    else:
+        policy = PolicyNet(params, PolicyConfig(hidden=(32, 32)))
     model = VNDModel(params, SMALL_MODEL) if with_model else None
     return Bundle(version, max(version - 1, 0), policy, params, model=model)
+
+
+@functools.cache
+def shipped_policy() -> PolicyNet:
+    """The policy of the shipped base bundle (loaded once)."""
+    return load_bundle(shipped_bundle_path()).policy
 
 
 def make_bundles(root: Path) -> dict[str, Path]:

@@ -39,6 +39,7 @@ import torch
 from vnd_core.bundle import BundleError
 from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.config_io import ConfigError
+from vnd_core.flight.behaviour import BehaviourCheckConfig
 from vnd_core.flight.bundle_runtime import (
     ACTION_ARM,
     ACTION_DISARM,
@@ -104,6 +105,9 @@ class PolicyNodeConfig:
     )
     latent_max_age_s: float = param(0.1, "a latent older than this is not used (s)")
     smoke_budget_us: float = param(2000.0, "bundle check: median inference time limit (us)")
+    unsafe_skip_behaviour_check: bool = param(
+        False, "TEST ONLY: let bundles fly without the behavioural check (logs an error)"
+    )
     startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
     status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
     world_frame: str = param("world", "frame_id of tick records (ENU world)")
@@ -128,8 +132,17 @@ class PolicyNode(Node):
         self.controller = PolicyController.create(
             vehicle, self.cfg.safety, reference or self.cfg.reference, self.cfg.latent_max_age_s
         )
+        behaviour = BehaviourCheckConfig.for_flight(
+            vehicle, self.cfg.safety, enabled=not self.cfg.unsafe_skip_behaviour_check
+        )
+        if not behaviour.enabled:
+            self.get_logger().error(
+                "UNSAFE: unsafe_skip_behaviour_check is set: bundles become active WITHOUT the "
+                "behavioural check (closed-loop envelope rollouts); a test-only parameter"
+            )
         self.bundles = BundleRuntime(
-            self.get_fully_qualified_name(), policy_validator(vehicle, self.cfg.smoke_budget_us)
+            self.get_fully_qualified_name(),
+            policy_validator(vehicle, self.cfg.smoke_budget_us, behaviour),
         )
         path = self.cfg.bundle or str(shipped_bundle_path())
         self.get_logger().info(f"start-up bundle {path}")

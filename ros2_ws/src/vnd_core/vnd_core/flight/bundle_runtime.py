@@ -6,7 +6,8 @@ A node feeds this plain values taken from ``vnd_msgs/ModelBundle`` and
 ``vnd_msgs/CheckpointStatus`` (the reply's fields are named like the message's). The node's
 ``validate`` callable runs on the loader thread after ``load_bundle``: it raises
 :class:`~vnd_core.bundle.BundleError` for a bundle this node cannot fly (wrong vehicle, wrong
-architecture, failed smoke test).
+architecture, failed smoke test, and for the policy node a failed behavioural check:
+``vnd_core.flight.behaviour``).
 
 Threading: construct, :meth:`BundleRuntime.request`, :meth:`BundleRuntime.poll` and the
 properties belong to the node's callback thread; loads run on the swapper's worker.
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from vnd_core.bundle import Bundle, BundleError, load_bundle, smoke_test
+from vnd_core.flight.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.flight.hotswap import Action, ModelSwapper, Source, SwapEvent
 from vnd_core.state import ACTION_DIM, hover_state
 from vnd_core.vehicle import VehicleParams
@@ -236,13 +238,20 @@ def check_vehicle(bundle: Bundle, vehicle: VehicleParams) -> None:
     )
 
 
-def policy_validator(vehicle: VehicleParams, budget_us: float) -> Validator:
-    """Checks of the policy node: vehicle, latent sizes, policy smoke test within ``budget_us``."""
+def policy_validator(
+    vehicle: VehicleParams, budget_us: float, behaviour: BehaviourCheckConfig | None = None
+) -> Validator:
+    """Checks of the policy node: vehicle, latent sizes, policy smoke test within ``budget_us``,
+    then the behavioural check (``vnd_core.flight.behaviour``: closed-loop rollouts inside the
+    safety envelope; ``behaviour`` defaults to :meth:`BehaviourCheckConfig.for_flight` of
+    ``vehicle``; ``enabled=False`` skips it, for tests only)."""
+    behaviour = behaviour or BehaviourCheckConfig.for_flight(vehicle)
 
     def validate(bundle: Bundle) -> None:
         check_vehicle(bundle, vehicle)
         check_latent_sizes(bundle)
         smoke_test(bundle, budget_us=budget_us)
+        behaviour_check(bundle, behaviour)
 
     return validate
 

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from vnd_core.bundle import Bundle
+from vnd_core.bundle import Bundle, BundleError
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
+from vnd_core.flight.behaviour import BehaviourCheckConfig, behaviour_check
+from vnd_core.flight.safety import SafetyConfig
 from vnd_core.learner.novelty import (
     UnexplainedCounter,
     focus_weights,
@@ -732,6 +734,18 @@ class ContinualLearner:
                 f"exceeds {v.hover_max_dev_m} m",
                 checks,
             )
+        if v.behaviour_check:
+            candidate = Bundle(active.version + 1, active.version, policy, self.vehicle, model)
+            envelope = BehaviourCheckConfig.for_flight(self.vehicle, SafetyConfig())
+            try:
+                report = behaviour_check(candidate, envelope)
+            except BundleError as err:
+                return str(err), checks
+            checks["behaviour"] = {
+                "max_tilt_rad": report.max_tilt_rad,
+                "max_body_rate_radps": report.max_body_rate_radps,
+                "max_position_error_m": report.max_position_error_m,
+            }
         return None, checks
 
 

@@ -26,6 +26,11 @@
    conditions met over N(0, I) it is not calm air, so a good candidate may hold a dozen
    centimetres off there (measured: 0.12 m after learning a 4 m/s wind). Precision in calm
    air is gate 5's job.
+7. Behaviour: the check every policy node runs before a bundle may fly
+   (:mod:`vnd_core.flight.behaviour`, limits of the default safety filter): closed loop from a
+   few offset, moving and tilted starts on the prior (z = 0) and on the candidate's own model
+   (unclipped, as the node flies it), every rollout inside the tilt, body-rate and position
+   envelope. A candidate the node would refuse is never published.
 
 Each gate returns a reason string when it fails; the first failure rejects the candidate.
 """
@@ -70,6 +75,7 @@ class ValidationConfig:
     hover_ticks: int = 150  # length of the hover sanity check (3 s)
     hover_max_dev_m: float = 0.2  # allowed position deviation in the hover check
     seed: int = 1234  # seeds the probes, references and initial states (same for both policies)
+    behaviour_check: bool = True  # gate 7: the policy node's behavioural check (envelope rollouts)
 
 
 def non_finite_tensor(module: torch.nn.Module, what: str) -> str | None:
