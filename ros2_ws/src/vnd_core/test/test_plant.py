@@ -432,3 +432,24 @@ def test_single_vehicle_float_path_matches_the_batched_path(vehicle):
         np.testing.assert_allclose(fast._joined(), batched._joined(), rtol=0, atol=1e-9)
     np.testing.assert_allclose(fast._motor_n, batched._motor_n, rtol=0, atol=1e-9)
     assert torch.equal(fast.measure(), batched.measure())
+
+
+def test_a_gentle_touchdown_rests_on_the_floor_and_a_hard_one_crashes(vehicle):
+    plant = TruePlant(vehicle, batch_size=3, config=QUIET)
+    start = hover_state((3,), position_m=(0.0, 0.0, 0.05))
+    start[:, VEL] = torch.tensor([[0.3, 0.0, -0.4], [0.0, 0.0, -2.0], [0.0, 0.0, -0.4]])
+    pitch_rad = math.radians(40.0)  # the third comes down on one side
+    start[2, QUAT] = torch.tensor([math.cos(pitch_rad / 2), 0.0, math.sin(pitch_rad / 2), 0.0])
+    plant.reset(start)
+    action = _hover_cmd(vehicle, 3).clone()
+    action[:, 0] *= 0.8  # sinking
+    for _ in range(10):
+        plant.step(action)
+    assert plant.crashed.tolist() == [False, True, True]
+    assert plant.on_floor.tolist() == [True, False, False]
+    rest = plant.state[0]
+    assert float(rest[2]) == pytest.approx(0.0, abs=1e-9)  # at floor height, not below
+    assert float(rest[VEL].abs().max()) == 0.0
+    plant.step(_hover_cmd(vehicle, 3) * torch.tensor([1.3, 0.0, 0.0, 0.0]))
+    plant.step(_hover_cmd(vehicle, 3) * torch.tensor([1.3, 0.0, 0.0, 0.0]))
+    assert float(plant.state[0, 2]) > 0.0 and not bool(plant.on_floor[0])  # it takes off again

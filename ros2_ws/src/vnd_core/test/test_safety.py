@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from vnd_core.config_io import repo_root
 from vnd_core.dynamics import NominalModel
+from vnd_core.flight.envelope import EnvelopeConfig
 from vnd_core.flight.safety import (
     EVENT_BLIND_DISARM,
     EVENT_TOUCHDOWN,
@@ -43,18 +45,27 @@ VEHICLE = load_vehicle("agile")
 HOVER = np.array([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0])
 
 
+_SAMPLES = itertools.count()
+
+
 def hover_state(position=(0.0, 0.0, 1.0)) -> np.ndarray:
+    """Level and still at ``position``, with a micrometre of motion-capture noise: a source that
+    repeats a pose to the last bit is a frozen one."""
     state = np.zeros(13)
     state[:3] = position
+    state[2] += 1e-6 * math.sin(next(_SAMPLES))
     state[3] = 1.0
     return state
 
 
-def flying(config: SafetyConfig | None = None, ticks: int = 10) -> SafetyFilter:
-    """A filter that has flown ``ticks`` clean POLICY ticks at hover (t = 0 .. ticks-1)."""
+def flying(
+    config: SafetyConfig | None = None, ticks: int = 10, position=(0.0, 0.0, 1.0)
+) -> SafetyFilter:
+    """A filter that has flown ``ticks`` clean POLICY ticks at hover (t = 0 .. ticks-1) at
+    ``position``."""
     safety = SafetyFilter(VEHICLE, config)
     for k in range(ticks):
-        out = safety.step(k * TICK_NS, hover_state(), k * TICK_NS, HOVER)
+        out = safety.step(k * TICK_NS, hover_state(position), k * TICK_NS, HOVER)
         assert out.mode == Mode.POLICY
     assert np.allclose(out.action, HOVER) and out.reasons == ()
     return safety
@@ -179,7 +190,7 @@ def test_recovery_needs_the_fault_to_stay_clear() -> None:
 def test_hold_timeout_lands_and_disarms_in_closed_loop() -> None:
     torch.set_num_threads(1)
     config = SafetyConfig(hold_timeout_s=1.0, floor_z_m=0.0)
-    safety = flying(config)
+    safety = flying(config, position=(0.3, -0.2, 1.2))
     model = NominalModel(VEHICLE)
     state = torch.tensor(hover_state((0.3, -0.2, 1.2)), dtype=torch.float64)
     modes = []
@@ -209,7 +220,12 @@ def test_landing_is_final_even_if_faults_clear() -> None:
 
 
 def test_geofence_exit_holds_at_the_nearest_point_inside() -> None:
-    config = SafetyConfig(geofence_min_m=(-1, -1, 0), geofence_max_m=(1, 1, 2), recovery_s=0.2)
+    config = SafetyConfig(
+        geofence_min_m=(-1, -1, 0),
+        geofence_max_m=(1, 1, 2),
+        recovery_s=0.2,
+        envelope=EnvelopeConfig(odom_jump_m=5.0),  # the test teleports the vehicle outside
+    )
     safety = flying(config)
     outside = hover_state((1.4, 0.2, 2.5))
     out = safety.step(10 * TICK_NS, outside, 10 * TICK_NS, HOVER)
@@ -229,7 +245,10 @@ def test_geofence_exit_holds_at_the_nearest_point_inside() -> None:
 
 
 def test_clamps_apply_and_are_counted() -> None:
-    safety = flying()
+    # The envelope would take an absurd command from the policy (its own test); the clamps
+    # are the last line behind it and must hold whatever asks for the command.
+    no_envelope = EnvelopeConfig(max_body_rate_radps=1e3, max_tilt_rad=3.1)
+    safety = flying(SafetyConfig(envelope=no_envelope))
     for k in range(10, 40):
         out = safety.step(k * TICK_NS, hover_state(), k * TICK_NS, np.array([1e3, 50, -50, 9]))
     rate_max = np.array(VEHICLE.body_rate_max_radps)

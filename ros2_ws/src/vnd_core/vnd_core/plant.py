@@ -5,6 +5,12 @@ onboard proportional body-rate controller and X-frame mixer with per-motor satur
 quadratic drag from the air-relative velocity, command latency, motion-capture noise, and the
 disturbances of a :class:`~vnd_core.scenario.Scenario` (wind, payload, propeller damage).
 
+The floor is solid: touching it slower than ``landing_speed_max_mps`` and with a tilt of at most
+``landing_tilt_max_deg`` is a landing (the vehicle rests on its legs: level, heading kept, no
+motion, until its thrust lifts it again); touching it faster or more tilted is a crash. Without
+this a controlled touchdown would read as a crash, and the safety layer's landings could not be
+judged from the ground truth.
+
 It integrates with semi-implicit Euler at ``physics_rate_hz`` (velocities first, then positions;
 the quaternion by the exact exponential of the new body rate), batched over B environments that
 share the event timing but draw their own noise and gusts.
@@ -60,7 +66,9 @@ class PlantConfig:
     attitude_noise_rad: float = 0.004  # mocap attitude noise, std of the rotation vector per axis
     velocity_noise_mps: float = 0.02  # noise of the measured (filtered mocap) velocity, std
     rate_noise_radps: float = 0.03  # noise of the measured body rates, std
-    floor_m: float = 0.0  # crash when the vehicle goes below this height
+    floor_m: float = 0.0  # height of the floor: landing or crash when the vehicle reaches it
+    landing_speed_max_mps: float = 1.0  # reaching the floor faster than this is a crash
+    landing_tilt_max_deg: float = 30.0  # reaching the floor tilted further is a crash
     arena_half_m: Vec3 = (10.0, 10.0, 10.0)  # crash when |p| exceeds this on any world axis
     max_tilt_deg: float = 80.0  # crash when body z leans further than this from world z
 
@@ -74,6 +82,14 @@ class PlantConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if not 0 < self.max_tilt_deg <= 180:
             raise ValueError(f"max_tilt_deg must be within (0, 180], got {self.max_tilt_deg}")
+        if not self.landing_speed_max_mps >= 0:
+            raise ValueError(
+                f"landing_speed_max_mps must be >= 0, got {self.landing_speed_max_mps}"
+            )
+        if not 0 <= self.landing_tilt_max_deg < 90:
+            raise ValueError(
+                f"landing_tilt_max_deg must be within [0, 90), got {self.landing_tilt_max_deg}"
+            )
 
     @property
     def physics_dt_s(self) -> float:
@@ -429,6 +445,7 @@ class TruePlant:
         self._rate_max = np.array(vehicle.body_rate_max_radps, dtype=float)
         self._arena = np.array(self.config.arena_half_m, dtype=float)
         self._min_tilt_cos = math.cos(math.radians(self.config.max_tilt_deg))
+        self._landing_tilt_cos = math.cos(math.radians(self.config.landing_tilt_max_deg))
         # Batch 1 runs on plain floats (see _OneVehicle); tests switch this off to compare.
         self.fast_single = True
         self._one_vehicle = _OneVehicle(self)
@@ -458,6 +475,7 @@ class TruePlant:
         self._next_event = 0
         self._update_wrench_map()
         self._crashed = np.zeros(self.batch_size, dtype=bool)
+        self._on_floor = np.zeros(self.batch_size, dtype=bool)
         self._frozen = state
         self._apply_due_events()
 
@@ -511,9 +529,15 @@ class TruePlant:
 
     @property
     def crashed(self) -> torch.Tensor:
-        """Sticky crash flags (B,), bool: below the floor, over-tilted, out of the arena or
-        non-finite. A crashed vehicle is held still where it crashed."""
+        """Sticky crash flags (B,), bool: hit the floor too fast or too tilted, over-tilted,
+        out of the arena or non-finite. A crashed vehicle is held still where it crashed."""
         return torch.from_numpy(self._crashed.copy())
+
+    @property
+    def on_floor(self) -> torch.Tensor:
+        """Flags (B,), bool: resting on the floor after a landing at the end of the last
+        :meth:`advance` (not crashed)."""
+        return torch.from_numpy(self._on_floor.copy())
 
     def measure(self) -> torch.Tensor:
         """Motion-capture-like measurement of the state (B, 13), float32, with fresh noise."""
@@ -664,21 +688,33 @@ class TruePlant:
         return np.concatenate([self._p, self._q, self._v, self._w], axis=1)
 
     def _check_crash(self, before: np.ndarray) -> None:
-        """Flag new crashes and hold crashed vehicles still where they crashed (sticky)."""
+        """Resolve floor contact (landing or crash), flag new crashes and hold crashed
+        vehicles still where they crashed (sticky)."""
         state = self._joined()
         finite = np.isfinite(state).all(axis=1)
         q = self._q
         tilt_cos = 1.0 - 2.0 * (q[:, 1] ** 2 + q[:, 2] ** 2)  # world z of body z
         with np.errstate(invalid="ignore"):
+            below = finite & (self._p[:, 2] < self.config.floor_m)
+            # A vehicle already resting stays resting: it only sank while thrust was below its
+            # weight during this advance, which the legs would have carried.
+            gentle = self._on_floor | (
+                (self._v[:, 2] >= -self.config.landing_speed_max_mps)
+                & (tilt_cos >= self._landing_tilt_cos)
+            )
             bad = (
                 ~finite
-                | (self._p[:, 2] < self.config.floor_m)
+                | (below & ~gentle)
                 | (tilt_cos < self._min_tilt_cos)
                 | (np.abs(self._p) > self._arena).any(axis=1)
             )
+        self._on_floor = below & gentle & ~bad & ~self._crashed
+        if self._on_floor.any():
+            self._rest_on_floor(self._on_floor)
         new = bad & ~self._crashed
         if not new.any() and not self._crashed.any():
             return
+        state = self._joined()
         # Keep the last finite state of a vehicle that blew up; a crashed vehicle stops moving.
         at_crash = np.where(finite[:, None], state, before)
         at_crash[:, VEL] = 0.0
@@ -688,3 +724,17 @@ class TruePlant:
         held = np.where(self._crashed[:, None], self._frozen, state)
         self._p, self._q = held[:, POS].copy(), held[:, QUAT].copy()
         self._v, self._w = held[:, VEL].copy(), held[:, OMEGA].copy()
+
+    def _rest_on_floor(self, rows: np.ndarray) -> None:
+        """Put the vehicles of ``rows`` (B,) bool on the floor: at floor height, level with
+        their heading kept, not moving (the legs and friction hold them)."""
+        q = self._q[rows]
+        half_yaw = 0.5 * np.arctan2(
+            2.0 * (q[:, 0] * q[:, 3] + q[:, 1] * q[:, 2]), 1.0 - 2.0 * (q[:, 2] ** 2 + q[:, 3] ** 2)
+        )
+        level = np.zeros_like(q)
+        level[:, 0], level[:, 3] = np.cos(half_yaw), np.sin(half_yaw)
+        self._q[rows] = level
+        self._p[rows, 2] = self.config.floor_m
+        self._v[rows] = 0.0
+        self._w[rows] = 0.0

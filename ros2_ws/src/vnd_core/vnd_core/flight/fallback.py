@@ -15,7 +15,7 @@ import numpy as np
 from transforms3d.quaternions import axangle2quat, qconjugate, qmult, quat2mat
 
 from vnd_core.flight.pose_filter import quat_log
-from vnd_core.state import ACTION_DIM, GRAVITY_MPS2, OMEGA, POS, QUAT, VEL
+from vnd_core.state import ACTION_DIM, GRAVITY_MPS2, POS, QUAT, VEL
 from vnd_core.vehicle import VehicleParams
 
 _E_Z = np.array([0.0, 0.0, 1.0])
@@ -152,44 +152,3 @@ class LandingPlanner:
         velocity = np.array([0.0, 0.0, -self._speed_mps])
         accel = np.array([0.0, 0.0, (previous_mps - self._speed_mps) / dt_s])
         return Setpoint(self._position_m.copy(), velocity, self._yaw_rad, accel)
-
-
-class DeadReckoner:
-    """Predicts the state forward from the last good estimate under the commanded actions,
-    for flying blind while odometry is stale.
-
-    Same equations as ``vnd_core.dynamics.NominalModel`` (thrust along body z, gravity,
-    first-order body-rate lag), integrated with explicit Euler in numpy: one torch RK4 step of
-    the nominal model costs milliseconds on the target CPU, which the 2 ms control budget
-    cannot afford. The prediction drifts; it only has to keep the vehicle level and slow for
-    a few seconds.
-    """
-
-    def __init__(self, vehicle: VehicleParams) -> None:
-        self.vehicle = vehicle
-        self._state = np.zeros(13)
-        self._state[QUAT] = (1.0, 0.0, 0.0, 0.0)
-
-    @property
-    def state(self) -> np.ndarray:
-        """The predicted state (13,) (a copy)."""
-        return self._state.copy()
-
-    def reset(self, state: np.ndarray) -> None:
-        """Restart the prediction from ``state`` (13,)."""
-        self._state = np.array(state, dtype=float)
-
-    def step(self, action: np.ndarray, dt_s: float) -> np.ndarray:
-        """Advance by ``dt_s`` under ``action`` (4,) held constant; returns the new state (13,)."""
-        s = self._state
-        quat = s[QUAT]
-        accel = (action[0] / self.vehicle.mass_kg) * quat2mat(quat)[:, 2] - GRAVITY_MPS2 * _E_Z
-        s[POS] += s[VEL] * dt_s + 0.5 * accel * dt_s**2
-        s[VEL] += accel * dt_s
-        lag = min(dt_s / self.vehicle.body_rate_time_constant_s, 1.0)
-        s[OMEGA] += lag * (np.asarray(action[1:]) - s[OMEGA])
-        angle_rad = float(np.linalg.norm(s[OMEGA])) * dt_s
-        if angle_rad > 0.0:
-            quat = qmult(quat, axangle2quat(s[OMEGA], angle_rad))
-        s[QUAT] = quat / np.linalg.norm(quat)
-        return s.copy()
