@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -188,12 +189,18 @@ def get_default_context() -> Context:
 class Publisher:
     """A DDS writer on one ROS topic (rclpy Publisher subset)."""
 
-    def __init__(self, node: Node, msg_type: type, topic_name: str, qos: Any) -> None:
+    def __init__(
+        self, node: Node, msg_type: type, topic_name: str, qos: Any, extra_qos: Qos | None = None
+    ) -> None:
+        """``extra_qos``: Cyclone policies added to the profile's (the /rosout lifespan)."""
         self.msg_type = msg_type
         self.topic_name = topic_name
         self._node = node
         topic = node.context.topic(dds_topic_name(topic_name), msg_type)
-        self._writer = DataWriter(node.context._participant(), topic, _endpoint_qos(msg_type, qos))
+        writer_qos = _endpoint_qos(msg_type, qos)
+        if extra_qos is not None:
+            writer_qos = writer_qos + extra_qos
+        self._writer = DataWriter(node.context._participant(), topic, writer_qos)
         self.gid = _gid_bytes(self._writer)
 
     def publish(self, msg: Any) -> None:
@@ -355,6 +362,59 @@ def _gid_bytes(entity: Entity) -> bytes:
     return entity.get_guid().bytes
 
 
+ROSOUT_TOPIC = "/rosout"
+# rcl's rcl_qos_profile_rosout_default (rcl/logging_rosout.h): reliable, transient local,
+# keep last 1000, lifespan 10 s -- what `ros2 topic echo /rosout` and rqt_console expect.
+ROSOUT_DEPTH = 1000
+ROSOUT_LIFESPAN_S = 10.0
+
+
+class _RosoutPublisher:
+    """A node's ``/rosout`` writer: its logger's lines as rcl_interfaces/msg/Log, as rcl's
+    rosout output handler publishes them for rclpy nodes."""
+
+    def __init__(self, node: Node, logger_name: str) -> None:
+        from cyclonedds.util import duration
+
+        from vnd_ros import messages
+        from vnd_ros.qos import DurabilityPolicy, QoSProfile
+
+        self._log_cls = messages.get_message("rcl_interfaces/msg/Log")
+        profile = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=ROSOUT_DEPTH)
+        lifespan = Qos(Policy.Lifespan(duration(seconds=ROSOUT_LIFESPAN_S)))
+        self._publisher: Publisher | None = Publisher(
+            node, self._log_cls, ROSOUT_TOPIC, profile, extra_qos=lifespan
+        )
+        node.publishers.append(self._publisher)
+        self._node = node
+        self._logger_name = logger_name
+        log.add_rosout_sink(logger_name, self.publish)
+
+    def publish(self, record: log.LogRecord) -> None:
+        """Send one log line (called by the logger after it printed the line)."""
+        publisher = self._publisher
+        if publisher is None:
+            return
+        msg = self._log_cls(
+            level=record.level,
+            name=record.name,
+            msg=record.msg,
+            file=record.file,
+            function=record.function,
+            line=record.line,
+        )
+        msg.stamp.sec, msg.stamp.nanosec = divmod(record.stamp_ns, NS_PER_S)
+        try:
+            publisher.publish(msg)
+        except DDSException as err:  # the line is on stderr already; say why rosout lacks it
+            sys.stderr.write(f"[WARN] [{record.name}]: /rosout write failed: {err}\n")
+
+    def close(self) -> None:
+        """Stop forwarding; the writer goes with the node's other publishers."""
+        log.remove_rosout_sink(self._logger_name, self.publish)
+        self._publisher = None
+
+
 class Node:
     """An rclpy-compatible node on the dds backend (subclass it, as with rclpy.node.Node).
 
@@ -383,6 +443,7 @@ class Node:
         logger_name = self.get_fully_qualified_name().lstrip("/").replace("/", ".")
         self._logger = log.Logger(logger_name)
         self._clock = Clock()
+        self._rosout = _RosoutPublisher(self, logger_name)
         if self.declare_parameter("use_sim_time", False).value:
             self._logger.warning("use_sim_time is not supported by the dds backend: wall time")
         self.context.nodes.append(self)
@@ -475,6 +536,7 @@ class Node:
 
     def destroy_node(self) -> None:
         """Delete every entity of the node and leave the ROS graph."""
+        self._rosout.close()
         for timer in list(self.timers):
             self.destroy_timer(timer)
         for sub in list(self.subscriptions):

@@ -2,13 +2,18 @@
 
 ``logger.info("x", throttle_duration_sec=1.0)``, ``once=True`` and ``skip_first=True`` behave as
 in rclpy; each call site keeps its own throttle/once state. Lines go to stderr as
-``[LEVEL] [epoch_s.ns] [logger]: message``, the rcutils default format.
+``[LEVEL] [epoch_s.ns] [logger]: message``, the rcutils default format, and, like rcl's rosout
+handler, to the ``/rosout`` sink of the node owning the logger (``add_rosout_sink``): the
+node's own logger or a child of it (``vnd1.policy.safety`` goes to node ``vnd1.policy``).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 # Severity numbers of rcutils (used to compare levels).
@@ -17,6 +22,48 @@ _ALIASES = {"warning": "warn", "unset": "info"}
 
 _default_level = LEVELS["info"]
 _logger_levels: dict[str, int] = {}
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One emitted log line, with the fields of rcl_interfaces/msg/Log."""
+
+    stamp_ns: int  # wall time of the call [ns since epoch]
+    level: int  # 10 debug, 20 info, 30 warn, 40 error, 50 fatal (Log.DEBUG ... Log.FATAL)
+    name: str  # logger name, e.g. 'vnd1.policy'
+    msg: str  # the message
+    file: str  # source file of the call
+    function: str  # function of the call
+    line: int  # line of the call
+
+
+RosoutSink = Callable[[LogRecord], None]
+_rosout_sinks: dict[str, RosoutSink] = {}  # node logger name -> its /rosout publisher
+_sink_lock = threading.Lock()
+_forwarding = threading.local()  # set while a sink runs: a sink's own logging is not forwarded
+
+
+def add_rosout_sink(logger_name: str, sink: RosoutSink) -> None:
+    """Send every line of logger ``logger_name`` and its children to ``sink``."""
+    with _sink_lock:
+        _rosout_sinks[logger_name] = sink
+
+
+def remove_rosout_sink(logger_name: str, sink: RosoutSink) -> None:
+    """Stop sending ``logger_name``'s lines to ``sink`` (no-op when another sink replaced it)."""
+    with _sink_lock:
+        if _rosout_sinks.get(logger_name) is sink:
+            del _rosout_sinks[logger_name]
+
+
+def _sink_for(name: str) -> RosoutSink | None:
+    """The sink of ``name`` or of its nearest registered ancestor logger."""
+    with _sink_lock:
+        while True:
+            sink = _rosout_sinks.get(name)
+            if sink is not None or "." not in name:
+                return sink
+            name = name.rsplit(".", 1)[0]
 
 
 def set_default_level(level: str) -> None:
@@ -89,8 +136,8 @@ class Logger:
         del throttle_time_source_type  # throttling always uses the monotonic clock here
         if not self.is_enabled_for(severity):
             return False
+        frame = sys._getframe(2)  # the caller of debug()/info()/...
         if throttle_duration_sec or once or skip_first:
-            frame = sys._getframe(2)
             site = self._sites.setdefault(
                 (frame.f_code.co_filename, frame.f_lineno, severity), [None, 0]
             )
@@ -109,6 +156,22 @@ class Logger:
         line = f"[{severity.upper()}] [{sec}.{nsec:09d}] [{self.name}]: {message}\n"
         sys.stderr.write(line)
         sys.stderr.flush()
+        sink = None if getattr(_forwarding, "active", False) else _sink_for(self.name)
+        if sink is not None:
+            record = LogRecord(
+                stamp_ns=stamp_ns,
+                level=LEVELS[severity],
+                name=self.name,
+                msg=message,
+                file=frame.f_code.co_filename,
+                function=frame.f_code.co_name,
+                line=frame.f_lineno,
+            )
+            _forwarding.active = True
+            try:
+                sink(record)
+            finally:
+                _forwarding.active = False
         return True
 
 
