@@ -146,6 +146,12 @@ def test_respawn_max_retries_bounds_the_respawns_and_events_tell_them_apart(tmp_
     assert all(e.returncode == 3 for e in service.events if e.name == "learner")
     assert service.shutdown_reason is None
     assert len(list(tmp_path.glob("learner.*.started"))) == 3
+    # What `vnd fly` reports: the two respawned crashes were expected, the last one and the
+    # given-up respawn were not.
+    assert len(service.failures) == 4
+    unexpected = service.unexpected_failures
+    assert len(unexpected) == 2 and "died with exit code 3" in unexpected[0]
+    assert unexpected[1].startswith("not respawning 'learner' again: respawn_max_retries (2)")
 
 
 def _alive(pid: int) -> bool:

@@ -153,6 +153,7 @@ class LaunchService:
         self._shutting_down = False
         self._finished = False
         self._failures: list[str] = []
+        self._respawned_failures: set[int] = set()  # indices in _failures followed by a respawn
 
     @classmethod
     def from_file(
@@ -213,6 +214,18 @@ class LaunchService:
         """One line per crash, failed start or unclean stop, in order of occurrence."""
         with self._cond:
             return list(self._failures)
+
+    @property
+    def unexpected_failures(self) -> list[str]:
+        """``failures`` without the crashes a respawn followed (within the budgets): what
+        is left means the stack itself failed (a required exit, a respawn budget used up, a
+        crash of a process that is not respawned, an unclean stop)."""
+        with self._cond:
+            return [
+                text
+                for index, text in enumerate(self._failures)
+                if index not in self._respawned_failures
+            ]
 
     @property
     def log_dir(self) -> Path:
@@ -381,17 +394,21 @@ class LaunchService:
                 self._fail(f"process '{spec.name}' (pid {pid}) stopped with exit code {code}")
             return
         uptime_s = now - child.started_at
+        crash_index = None
         if code == 0:
             line = f"process '{spec.name}' (pid {pid}) finished cleanly"
             self._report("INFO", line)
         else:
             line = f"process '{spec.name}' (pid {pid}) died with exit code {code}"
+            crash_index = len(self._failures)
             self._fail(line + self._tail(child))
         self._event("exit", child, code, now, line)
         if spec.required:
             self._required_exit(child, code, now)
         elif spec.respawn:
             self._schedule_respawn(child, code, uptime_s, now)
+            if child.respawn_at is not None and crash_index is not None:
+                self._respawned_failures.add(crash_index)
         else:
             child.done = True
 
