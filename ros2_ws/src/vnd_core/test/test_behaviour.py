@@ -128,6 +128,8 @@ def test_a_learned_model_is_flown_too(config):
     shipped = load_bundle(shipped_bytes())
     torch.manual_seed(0)
     model = VNDModel(VEHICLE, SMALL_MODEL).eval()
+    assert behaviour_check(Bundle(2, 1, shipped.policy, VEHICLE, model=model), config).rollouts == 6
+    model.normalizers_fitted.fill_(True)  # as after a fit: now it counts as a learned model
     good = Bundle(2, 1, copy.deepcopy(shipped.policy), VEHICLE, model=model)
     assert behaviour_check(good, config).rollouts == 12  # both models, same starts
     # a model whose residual pushes hard (0.2 of every unit per tick: a 10 m/s^2 gust, a

@@ -159,3 +159,75 @@ def test_arming_actions_are_refused_with_the_node_that_takes_them(runtime):
     reply = runtime.request(ACTION_ARM, "a")
     assert not reply.accepted and reply.message == "arm is for the policy node"
     assert runtime.request(ACTION_DISARM, "d").message == "disarm is for the policy node"
+
+
+def lineage_bundle(version: int, lineage: str, seed: int = 0) -> Bundle:
+    """A flyable bundle of learner lineage ``lineage`` (model weights seeded: distinct content)."""
+    bundle = make_bundle(version + 100 * seed)
+    bundle.version, bundle.parent_version, bundle.lineage = version, version - 1, lineage
+    return bundle
+
+
+def learner_push(rt: BundleRuntime, bundle: Bundle):
+    data = bundle_to_bytes(bundle)
+    rt.submit_learner(data, bundle.version, hashlib.sha256(data).hexdigest())
+    (reply,) = wait_replies(rt)
+    return reply
+
+
+def test_operator_load_of_another_runs_bundle_never_blocks_the_learner(runtime, tmp_path):
+    runtime.load_startup(save_bundle(lineage_bundle(1, ""), tmp_path / "base.safetensors"))
+    assert learner_push(runtime, lineage_bundle(2, "run-a")).accepted
+    # the operator loads and activates another run's v10 (a different lineage)
+    other = save_bundle(lineage_bundle(10, "run-b", seed=1), tmp_path / "v0010.safetensors")
+    runtime.request(ACTION_LOAD, "load-10", str(other))
+    (loaded,) = wait_replies(runtime)
+    assert loaded.accepted and 10 in loaded.available_versions
+    assert runtime.request(ACTION_ACTIVATE, "act-10", version=10).active_version == 10
+    # the learner's next bundles are accepted and fly: operator loads do not raise its bar
+    for version in (3, 4):
+        reply = learner_push(runtime, lineage_bundle(version, "run-a"))
+        assert reply.accepted and reply.active_version == version, reply.message
+    # ... while its own older bundles still count: a re-delivered v3 is refused, saying why
+    stale = learner_push(runtime, lineage_bundle(3, "run-a"))
+    assert not stale.accepted and runtime.active_version == 4
+    assert "not newer than learner version 4 already accepted from lineage run-a" in stale.message
+    # a learner that starts a new lineage (a new run) starts a new count
+    assert learner_push(runtime, lineage_bundle(2, "run-c")).accepted
+
+
+def test_same_version_number_different_content_is_told_apart(runtime, tmp_path):
+    runtime.load_startup(save_bundle(lineage_bundle(1, ""), tmp_path / "base.safetensors"))
+    theirs = save_bundle(lineage_bundle(5, "run-b", seed=1), tmp_path / "theirs.safetensors")
+    runtime.request(ACTION_LOAD, "load-5", str(theirs))
+    assert wait_replies(runtime)[0].accepted
+    # the learner's own v5 is another bundle: not "already active" or "held", it replaces it
+    mine = learner_push(runtime, lineage_bundle(5, "run-a"))
+    assert mine.accepted and mine.active_version == 5, mine.message
+    assert "replaces the held version 5 of other content" in mine.message
+    assert runtime.active.lineage == "run-a" and mine.available_versions == [1, 5]
+    # the identical bundle again is the active one
+    assert "already active" in learner_push(runtime, lineage_bundle(5, "run-a")).message
+
+
+def test_bundles_without_lineage_metadata_still_load_and_order(runtime, tmp_path):
+    """A bundle written before parent_sha256 / lineage existed: same metadata minus the keys."""
+    import safetensors.torch
+    from vnd_core.bundle import pack, read_metadata
+
+    def legacy(version: int) -> bytes:
+        data = bundle_to_bytes(lineage_bundle(version, ""))
+        metadata = read_metadata(data)
+        for key in ("parent_sha256", "lineage"):
+            del metadata[key]
+        return pack(dict(safetensors.torch.load(data)), metadata)
+
+    old = load_bundle(legacy(1))
+    assert (old.parent_sha256, old.lineage, old.version) == ("", "", 1)
+    runtime.load_startup(save_bundle(old, tmp_path / "old.safetensors"))
+    for version, accepted in ((3, True), (2, False), (4, True)):
+        data = legacy(version)
+        runtime.submit_learner(data, version, hashlib.sha256(data).hexdigest())
+        (reply,) = wait_replies(runtime)
+        assert reply.accepted is accepted, reply.message
+    assert runtime.active_version == 4

@@ -7,7 +7,13 @@ Layout of a bundle file (DESIGN.md section 4):
 - safetensors metadata (str -> str) holds one key, ``vnd_bundle``, whose value is a JSON object:
   ``format_version``, ``version``, ``parent_version``, ``created_utc``, ``vehicle`` (parameters),
   ``architecture`` (``policy``: config, observation layout, action scale; optional ``model``),
-  ``summary`` (training summary) and ``sha256``.
+  ``summary`` (training summary) and ``sha256``; optional (bundles written before them load
+  with ``""``): ``parent_sha256`` (the parent bundle's ``sha256``: lineage by content) and
+  ``lineage`` (id of the learner run the bundle descends from, see
+  :mod:`vnd_core.flight.hotswap` for how nodes order learner bundles by it).
+
+Identity: a bundle is its ``sha256``. ``version`` is a per-run counter and label: two runs
+both have a "version 10", and nothing may assume a version number names one bundle.
 
 ``sha256`` covers every tensor (name, dtype, shape, bytes, in sorted name order) and the metadata
 itself without the ``sha256`` field, so neither weights nor architecture can change unnoticed.
@@ -42,6 +48,7 @@ FORMAT_VERSION = 1
 METADATA_KEY = "vnd_bundle"
 POLICY_PREFIX = "policy."
 MODEL_PREFIX = "model."
+_OPTIONAL_TEXT_FIELDS = ("parent_sha256", "lineage")  # absent in older bundles: ""
 _REQUIRED_FIELDS = {
     "format_version": int,
     "version": int,
@@ -69,7 +76,9 @@ class Bundle:
     model: Any = None  # optional VNDModel (encoder, residual, decoder)
     summary: dict = field(default_factory=dict)  # training summary (JSON-able)
     created_utc: str = ""  # ISO-8601 creation time; filled in on save when empty
-    sha256: str = ""  # content hash; filled in on save and verified on load
+    sha256: str = ""  # content hash (the bundle's identity); filled in on save, checked on load
+    parent_sha256: str = ""  # content hash of the bundle this one was trained from ("" = none)
+    lineage: str = ""  # id of the learner run this bundle descends from ("" = none)
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -93,6 +102,8 @@ def _metadata_of(bundle: Bundle) -> dict:
         "vehicle": dataclasses.asdict(bundle.vehicle),
         "architecture": architecture,
         "summary": bundle.summary,
+        "parent_sha256": bundle.parent_sha256,
+        "lineage": bundle.lineage,
     }
 
 
@@ -177,6 +188,9 @@ def _check_fields(metadata: dict) -> None:
         raise BundleError("bundle version must be >= 1 and parent_version >= 0")
     if "policy" not in metadata["architecture"]:
         raise BundleError("bundle architecture has no 'policy' component")
+    for name in _OPTIONAL_TEXT_FIELDS:
+        if not isinstance(metadata.get(name, ""), str):
+            raise BundleError(f"bundle metadata field '{name}' must be str")
 
 
 def _load_tensors(data: bytes) -> dict[str, torch.Tensor]:
@@ -282,7 +296,17 @@ def load_bundle(source: str | Path | bytes) -> Bundle:
         summary=metadata["summary"],
         created_utc=metadata["created_utc"],
         sha256=metadata["sha256"],
+        parent_sha256=metadata.get("parent_sha256", ""),
+        lineage=metadata.get("lineage", ""),
     )
+
+
+def content_id(bundle: Bundle) -> str:
+    """The bundle's content hash (its identity), computed (and stored, with the creation time)
+    when it was never saved."""
+    if not bundle.sha256:
+        bundle_to_bytes(bundle)
+    return bundle.sha256
 
 
 # ---------------------------------------------------------------------------------- smoke test

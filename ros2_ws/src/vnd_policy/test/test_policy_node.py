@@ -7,6 +7,7 @@ import json
 import time
 
 import numpy as np
+import torch
 from vnd_core.bundle import bundle_to_bytes
 from vnd_core.flight.msgfields import stamp_ns
 from vnd_core.flight.safety import Mode
@@ -311,6 +312,82 @@ def test_rearm_after_a_fallback_landing_and_the_kill_switch(harness, bundles):
         after = [m for t, m in commands if t > answered_s + 0.05]
         assert len(after) >= 5
         assert all(m.mode == Mode.DISARMED and m.thrust_n == 0.0 for m in after)
+    finally:
+        peer.close()
+        node.stop()
+
+
+def scaled_first_layer_bundle(harness, version: int) -> bytes:
+    """A learner-style bundle whose policy's first layer is multiplied by 1e6: well-formed,
+    finite, sha256 recomputed; it saturates every command (built from the shipped policy)."""
+    bundle = harness.make_bundle(version)
+    with torch.no_grad():
+        bundle.policy.net[0].weight.mul_(1e6)
+    return bundle_to_bytes(bundle)
+
+
+def publish_learner_bundle(model_cls, model_pub, payload: bytes, version: int) -> None:
+    sha = hashlib.sha256(payload).hexdigest()
+    model_pub.publish(model_cls(version=version, parent_version=1, sha256=sha, payload=payload))
+
+
+def test_a_bundle_that_flies_badly_is_refused_while_the_active_one_keeps_flying(harness, bundles):
+    H = harness
+    node = start_policy(harness, bundles, "/pt_behave")
+    peer = H.Peer("/pt_behave")
+    try:
+        H.OdomFeeder(peer)
+        operator = Operator(H, peer)
+        model_cls, model_pub = peer.publisher(
+            "vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model
+        )
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        peer.start()
+        node.wait_log("policy node ready")
+        H.wait_for(lambda: len(commands) >= 10, 20.0, "commands")
+        publish_learner_bundle(model_cls, model_pub, scaled_first_layer_bundle(H, 5), 5)
+        refused = operator.wait_for(
+            lambda: next((m for _, m in operator.replies if m.request_id == "model:5"), None),
+            30.0,
+            "the answer to the learner bundle",
+        )
+        assert not refused.accepted and refused.active_version == 1
+        assert refused.message.startswith("rejected: behaviour check: "), refused.message
+        assert "from initial state" in refused.message and " > " in refused.message
+        assert 5 not in list(refused.available_versions)
+        log = node.wait_log("checkpoint 'model:5'")
+        assert "behaviour check" in log
+        mark = len(commands)
+        time.sleep(0.5)
+        after = [m for _, m in commands[mark:]]
+        assert len(after) >= 15 and all(m.policy_version == 1 for m in after)  # v1 flies on
+    finally:
+        peer.close()
+        node.stop()
+
+
+def test_the_test_only_skip_lets_a_bad_bundle_in_and_says_so(harness, bundles):
+    """unsafe_skip_behaviour_check: the node logs an error at start-up and activates the same
+    bundle, so a test can show what the in-flight safety envelope does with it."""
+    H = harness
+    node = start_policy(harness, bundles, "/pt_unsafe", "-p", "unsafe_skip_behaviour_check:=true")
+    peer = H.Peer("/pt_unsafe")
+    try:
+        H.OdomFeeder(peer)
+        operator = Operator(H, peer)
+        model_cls, model_pub = peer.publisher(
+            "vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model
+        )
+        peer.start()
+        assert "UNSAFE" in node.wait_log("unsafe_skip_behaviour_check is set")
+        node.wait_log("policy node ready")
+        publish_learner_bundle(model_cls, model_pub, scaled_first_layer_bundle(H, 6), 6)
+        reply = operator.wait_for(
+            lambda: next((m for _, m in operator.replies if m.request_id == "model:6"), None),
+            30.0,
+            "the answer to the learner bundle",
+        )
+        assert reply.accepted and reply.active_version == 6, reply.message
     finally:
         peer.close()
         node.stop()

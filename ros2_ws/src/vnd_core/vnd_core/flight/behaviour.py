@@ -8,8 +8,9 @@ named initial states around a hover reference (at the reference, offset, moving,
 batch) on
 
 - the nominal model (:class:`vnd_core.dynamics.NominalModel`, the vehicle's prior), z = 0;
-- the bundle's own learned model, when it carries one, driven and read with the latent its
-  encoder gives for a calm hover window (the model the policy was trained on). A bundle does
+- the bundle's own learned model, when it carries one fitted on data, driven and read with the
+  latent its encoder gives for a calm hover window (the model the policy was trained on). A
+  bundle does
   not carry the residual clip and trust region the learner trained with, so far from its data
   this model is the least trustworthy part of the check: its tilt and rate limits are wider by
   ``learned_model_margin`` and its rollouts are judged mainly on staying finite, near the
@@ -157,6 +158,12 @@ def initial_states(config: BehaviourCheckConfig) -> tuple[list[str], torch.Tenso
     return names, states
 
 
+def _learned(model) -> bool:
+    """True for a model fitted on data (its normalisation statistics come from data); a model
+    never fitted is the untrained default architecture and says nothing about flight."""
+    return model is not None and bool(getattr(model, "normalizers_fitted", True))
+
+
 def _calm_latent(model, vehicle: VehicleParams, hover_m: Vec3) -> torch.Tensor:
     """The latent (1, nz) the model's encoder gives for a window of calm hovering."""
     context = model.context_len
@@ -179,7 +186,7 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
     names, starts = initial_states(config)
     s = len(starts)
     nz = policy.latent_dim
-    use_model = config.learned_model and bundle.model is not None
+    use_model = config.learned_model and _learned(bundle.model)
     z = torch.zeros(s, nz)
     labels = [f"'{name}' on the nominal model" for name in names]
     state = starts.clone()

@@ -9,6 +9,11 @@ A node feeds this plain values taken from ``vnd_msgs/ModelBundle`` and
 architecture, failed smoke test, and for the policy node a failed behavioural check:
 ``vnd_core.flight.behaviour``).
 
+Bundles are held by content hash: an operator may load another run's bundle whatever its
+version number, and it never blocks the learner's later bundles (ordering rule:
+:mod:`vnd_core.flight.hotswap`). A refused learner bundle is answered on
+``vnd/checkpoint/status`` under :func:`learner_request_id`, which the learner node reads.
+
 Threading: construct, :meth:`BundleRuntime.request`, :meth:`BundleRuntime.poll` and the
 properties belong to the node's callback thread; loads run on the swapper's worker.
 """
@@ -80,8 +85,13 @@ class BundleRuntime:
     def __init__(self, node_name: str, validate: Validator, registry_size: int = 4) -> None:
         self.node_name = node_name
         self._validate = validate
+        # identity = content hash; learner bundles ordered per lineage (hotswap docstring)
         self.swapper: ModelSwapper[Bundle] = ModelSwapper(
-            version_of=lambda bundle: bundle.version, registry_size=registry_size, name="bundle"
+            version_of=lambda bundle: bundle.version,
+            registry_size=registry_size,
+            name="bundle",
+            identity_of=lambda bundle: bundle.sha256,
+            lineage_of=lambda bundle: bundle.lineage,
         )
         self.rejections = 0  # bundles refused (load errors, failed checks, pinned refusals)
 

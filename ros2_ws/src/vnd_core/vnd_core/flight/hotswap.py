@@ -1,8 +1,22 @@
 """Live model swaps: load and validate off the control thread, swap between ticks, roll back.
 
 Generic over the model object: the caller passes a ``loader_fn`` that loads *and* validates
-(raising with a readable message on any problem) and a ``version_of`` function, so this module
-knows nothing about bundles. Threading contract: :meth:`ModelSwapper.submit` may be called from
+(raising with a readable message on any problem) and ``version_of`` / ``identity_of`` /
+``lineage_of`` functions, so this module knows nothing about bundles.
+
+Identity and ordering. A held model is identified by ``identity_of`` (for bundles: the content
+hash), not by its version number: two runs' "version 10" are different models, and the number
+is only the label operators use. Ordering is decided per source:
+
+- learner models are ordered among themselves, per lineage (``lineage_of``: the learner run a
+  bundle descends from): one is accepted only when its version is above every version accepted
+  from the learner for the same lineage (a re-delivered or older learner model is refused; a
+  learner starting a new lineage starts a new count);
+- operator loads are always considered and never raise the learner's bar: loading another
+  run's v0010 does not make the learner's v0005 "old".
+
+A learner model that arrives while an operator-loaded model is active takes over (pin to keep
+the operator's choice). Threading contract: :meth:`ModelSwapper.submit` may be called from
 any thread; everything else (:meth:`poll`, :meth:`activate`, :meth:`rollback`, :meth:`pin`,
 :meth:`unpin`, :attr:`active`) belongs to the control thread, which swaps by one reference
 assignment inside :meth:`poll` between two ticks.
@@ -67,6 +81,8 @@ class _Result(Generic[T]):
     model: T | None
     version: int | None
     error: str | None
+    key: str = ""  # identity of the model
+    lineage: str = ""  # lineage of the model
 
 
 class ModelSwapper(Generic[T]):
@@ -79,23 +95,41 @@ class ModelSwapper(Generic[T]):
         registry_size: int = 4,
         max_pending: int = 4,
         name: str = "model",
+        identity_of: Callable[[T], str] | None = None,
+        lineage_of: Callable[[T], str] | None = None,
     ) -> None:
+        """``identity_of`` defaults to the version number (models without a content identity),
+        ``lineage_of`` to one shared lineage."""
         if registry_size < 2:
             raise ValueError(f"registry_size must be >= 2 (active + previous), got {registry_size}")
         self.version_of = version_of
+        self.identity_of = identity_of or (lambda model: str(version_of(model)))
+        self.lineage_of = lineage_of or (lambda model: "")
         self.registry_size = registry_size
         self.name = name
         self.active: T | None = None  # the model the control loop uses this tick
-        self.active_version: int | None = None
-        self.previous_version: int | None = None
+        self.active_key: str | None = None  # identity of the active model
+        self.previous_key: str | None = None  # identity of the model a rollback restores
         self.pinned = False
-        self._registry: OrderedDict[int, T] = OrderedDict()
+        self._registry: OrderedDict[str, T] = OrderedDict()  # identity -> model, oldest first
+        self._versions: dict[str, int] = {}  # identity -> version number
+        self.learner_bar: dict[str, int] = {}  # lineage -> newest learner version accepted
         self._lock = threading.Lock()  # guards _pending (submit may run on any thread)
         self._pending = 0
         self._jobs: queue.Queue[_Job[T] | None] = queue.Queue(maxsize=max_pending)
         self._results: queue.Queue[_Result[T] | SwapEvent] = queue.Queue()
         self._worker = threading.Thread(target=self._work, name=f"{name}-loader", daemon=True)
         self._worker.start()
+
+    @property
+    def active_version(self) -> int | None:
+        """Version number of the active model (None before the first one)."""
+        return self._versions.get(self.active_key) if self.active_key is not None else None
+
+    @property
+    def previous_version(self) -> int | None:
+        """Version number of the model a rollback restores (None: none)."""
+        return self._versions.get(self.previous_key) if self.previous_key is not None else None
 
     # ------------------------------------------------------------------ any thread
 
@@ -145,7 +179,8 @@ class ModelSwapper(Generic[T]):
         while (job := self._jobs.get()) is not None:
             try:
                 model = job.loader_fn()
-                result = _Result(job, model, int(self.version_of(model)), None)
+                version, key = int(self.version_of(model)), str(self.identity_of(model))
+                result = _Result(job, model, version, None, key, str(self.lineage_of(model)))
             except Exception as err:  # any failure of a load is a rejection, not a crash
                 result = _Result(job, None, None, str(err) or type(err).__name__)
             self._results.put(result)
@@ -168,12 +203,15 @@ class ModelSwapper(Generic[T]):
             events.append(self._apply(item))
 
     def available_versions(self) -> list[int]:
-        """Versions held and ready to activate, ascending."""
-        return sorted(self._registry)
+        """Version numbers held and ready to activate, ascending (a number appears twice only
+        while two models of that number from different runs are active and previous)."""
+        return sorted(self._versions[key] for key in self._registry)
 
     def activate(self, version: int, request_id: str = "") -> SwapEvent:
-        """Make a held ``version`` active now (operator request)."""
-        if version not in self._registry:
+        """Make a held ``version`` active now (operator request); of two held models with that
+        number, the one not active (the most recently loaded otherwise)."""
+        keys = [key for key in self._registry if self._versions[key] == version]
+        if not keys:
             held = ", ".join(map(str, self.available_versions())) or "none"
             return self._event(
                 request_id,
@@ -182,11 +220,12 @@ class ModelSwapper(Generic[T]):
                 f"version {version} is not loaded (held: {held})",
                 version,
             )
-        if version == self.active_version:
+        others = [key for key in keys if key != self.active_key]
+        if not others:
             return self._event(
                 request_id, Action.ACTIVATE, True, f"version {version} is already active", version
             )
-        self._make_active(version)
+        self._make_active(others[-1])
         return self._event(
             request_id, Action.ACTIVATE, True, f"activated version {version}", version, changed=True
         )
@@ -194,11 +233,11 @@ class ModelSwapper(Generic[T]):
     def rollback(self, request_id: str = "") -> SwapEvent:
         """Swap back to the previously active version."""
         previous = self.previous_version
-        if previous is None or previous not in self._registry:
+        if self.previous_key is None or self.previous_key not in self._registry:
             return self._event(
                 request_id, Action.ROLLBACK, False, "no previous version to roll back to", previous
             )
-        self._make_active(previous)
+        self._make_active(self.previous_key)
         return self._event(
             request_id,
             Action.ROLLBACK,
@@ -233,7 +272,7 @@ class ModelSwapper(Generic[T]):
     # ------------------------------------------------------------------ internals
 
     def _apply(self, result: _Result[T]) -> SwapEvent:
-        job, version = result.job, result.version
+        job, version, key = result.job, result.version, result.key
         if result.error is not None:
             return self._event(
                 job.request_id, Action.LOAD, False, f"rejected: {result.error}", None, job.source
@@ -241,7 +280,7 @@ class ModelSwapper(Generic[T]):
         if job.source == Source.LEARNER:
             if self.pinned:
                 return self._pinned_refusal(job.request_id, version)
-            if version == self.active_version:
+            if key == self.active_key:
                 return self._event(
                     job.request_id,
                     Action.LOAD,
@@ -250,39 +289,58 @@ class ModelSwapper(Generic[T]):
                     version,
                     job.source,
                 )
-            if self._registry and version <= max(self._registry):
+            bar = self.learner_bar.get(result.lineage, 0)
+            if version <= bar:
                 return self._event(
                     job.request_id,
                     Action.LOAD,
                     False,
-                    f"version {version} is not newer than held version {max(self._registry)}",
+                    f"version {version} is not newer than learner version {bar} already "
+                    f"accepted from {_lineage_name(result.lineage)}",
                     version,
                     job.source,
                 )
-        self._registry[version] = result.model
-        self._registry.move_to_end(version)
-        if job.activate and version != self.active_version:
-            self._make_active(version)
+            self.learner_bar[result.lineage] = version
+        replaced = self._insert(key, version, result.model)
+        if job.activate and key != self.active_key:
+            self._make_active(key)
             message, changed = f"activated version {version}", True
         else:
             message, changed = f"loaded version {version}", False
+        if replaced:
+            message += f" (replaces the held version {version} of other content)"
         self._evict()
         return self._event(job.request_id, Action.LOAD, True, message, version, job.source, changed)
 
-    def _make_active(self, version: int) -> None:
+    def _insert(self, key: str, version: int, model: T) -> bool:
+        """Hold ``model``; drop a held model of the same version number and other content
+        unless it is active or previous (one number, one model, wherever possible). True when
+        one was dropped."""
+        keep = {self.active_key, self.previous_key, key}
+        clashing = [k for k, v in self._versions.items() if v == version and k not in keep]
+        for other in clashing:
+            del self._registry[other]
+            del self._versions[other]
+        self._registry[key] = model
+        self._versions[key] = version
+        self._registry.move_to_end(key)
+        return bool(clashing)
+
+    def _make_active(self, key: str) -> None:
         """The swap itself: one reference assignment the next tick picks up."""
-        self.previous_version = self.active_version
-        self.active_version = version
-        self.active = self._registry[version]
+        self.previous_key = self.active_key
+        self.active_key = key
+        self.active = self._registry[key]
 
     def _evict(self) -> None:
-        """Drop the oldest-loaded versions beyond ``registry_size``, never active or previous."""
-        keep = {self.active_version, self.previous_version}
-        for version in list(self._registry):
+        """Drop the oldest-loaded models beyond ``registry_size``, never active or previous."""
+        keep = {self.active_key, self.previous_key}
+        for key in list(self._registry):
             if len(self._registry) <= self.registry_size:
                 break
-            if version not in keep:
-                del self._registry[version]
+            if key not in keep:
+                del self._registry[key]
+                del self._versions[key]
 
     def _pinned_refusal(self, request_id: str, version: int | None) -> SwapEvent:
         return self._event(
@@ -305,3 +363,8 @@ class ModelSwapper(Generic[T]):
         changed: bool = False,
     ) -> SwapEvent:
         return SwapEvent(request_id, action, accepted, message, version, source, changed)
+
+
+def _lineage_name(lineage: str) -> str:
+    """How a lineage is named in messages."""
+    return f"lineage {lineage[:12]}" if lineage else "the learner (bundles without lineage)"

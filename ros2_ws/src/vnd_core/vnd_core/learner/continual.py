@@ -14,7 +14,10 @@ enough new data and time have passed and the new flight is worth learning from (
    active policy (with z = 0 anchored on the prior, and the residual clipped to the observed
    range and faded out away from the data: :mod:`policy_update`);
 4. validate (:mod:`validation`) and either emit bundle ``active.version + 1`` (which becomes
-   the active one) or reject it with a reason, leaving the active bundle in place.
+   the active one) or reject it with a reason, leaving the active bundle in place. An emitted
+   bundle names its parent by content hash (``parent_sha256``) and carries the learner's
+   ``lineage`` (the active bundle's, or a new id when the learner starts from a bundle without
+   one), by which flight nodes order learner bundles (:mod:`vnd_core.flight.hotswap`).
 
 A running update gives way to a new condition that begins while it runs; the model it fitted
 carries into the next update (:meth:`ContinualLearner.update`).
@@ -26,13 +29,14 @@ import copy
 import dataclasses
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from vnd_core.bundle import Bundle, BundleError
+from vnd_core.bundle import Bundle, BundleError, content_id
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
 from vnd_core.flight.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.flight.safety import SafetyConfig
@@ -251,6 +255,9 @@ class ContinualLearner:
                 f"differs from the model latent size {latent_dim}"
             )
         self._active = active
+        # Lineage of the bundles this learner emits: the active bundle's when it has one (a
+        # learner resuming its own run), else a new one (a run starting from a base bundle).
+        self.lineage = active.lineage or uuid.uuid4().hex
         self.replay = ReplayBuffer(
             config.capacity_ticks,
             config.control_period_s,
@@ -568,6 +575,8 @@ class ContinualLearner:
             vehicle=self.vehicle,
             model=model.eval(),
             summary=_json_safe(metrics),
+            parent_sha256=content_id(active),
+            lineage=self.lineage,
         )
         self._active = bundle
         return UpdateResult(True, bundle, "", fit_s, train_s, validate_s, total_s, metrics)

@@ -9,8 +9,9 @@ Layout::
 An entry holds ``version``, ``parent_version``, ``file``, ``sha256`` (of the file bytes, what
 ``ModelBundle.sha256`` carries), ``content_sha256`` (the bundle's own hash), ``created_utc``,
 ``metrics``, ``decided_wall_s`` (when the learner accepted it) and ``published_wall_s`` (when
-it went out on the model topic; null until then). Files and the index are written atomically
-(temporary file + rename), bundle file first: a process killed in between leaves a bundle
+it went out on the model topic; null until then), ``parent_sha256`` and ``lineage`` (the
+bundle's lineage metadata; empty for bundles without it). Files and the index are written
+atomically (temporary file + rename), bundle file first: a process killed in between leaves a bundle
 file the index does not list yet, which :meth:`BundleRegistry.open` adopts.
 """
 
@@ -47,6 +48,8 @@ class RegistryEntry:
     metrics: dict[str, Any] = field(default_factory=dict)  # validation metrics and timings
     decided_wall_s: float | None = None  # wall time the learner accepted it [s since epoch]
     published_wall_s: float | None = None  # wall time it was published [s since epoch]
+    parent_sha256: str = ""  # the parent bundle's content hash ("" in older bundles)
+    lineage: str = ""  # learner lineage id from the bundle's metadata ("" in older bundles)
 
 
 def file_name(version: int) -> str:
@@ -180,6 +183,8 @@ def _entry_from(payload: bytes, metadata: dict, name: str) -> RegistryEntry:
         sha256=hashlib.sha256(payload).hexdigest(),
         content_sha256=str(metadata.get("sha256", "")),
         created_utc=str(metadata.get("created_utc", "")),
+        parent_sha256=str(metadata.get("parent_sha256", "")),
+        lineage=str(metadata.get("lineage", "")),
     )
 
 
