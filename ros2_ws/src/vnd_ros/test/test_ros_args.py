@@ -142,3 +142,4 @@ def test_log_levels_and_ignored_rcl_switches():
     )  # fmt: skip
     assert args.log_level == "debug"
     assert args.logger_levels == {"uav1.policy": "warn"}
+    assert not args.rosout_logs  # honoured: the dds backend then writes no /rosout

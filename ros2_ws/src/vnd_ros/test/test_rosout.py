@@ -86,3 +86,31 @@ def test_a_node_process_warning_arrives_on_rosout_with_level_and_name():
     talker_offers = [o for o in offers if o.msgtype == "rcl_interfaces/msg/Log"]
     assert talker_offers and all(o.reliable and o.transient_local for o in talker_offers)
     assert lifespans_ns == {10_000_000_000}  # rcl's rosout lifespan: 10 s
+
+
+def test_disable_rosout_logs_keeps_a_node_off_rosout():
+    namespace = f"rq{os.getpid()}"
+    token = f"q{time.monotonic_ns()}"
+    env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1")
+    command = [sys.executable, str(TALKER), token, "--ros-args", "-r", f"__ns:=/{namespace}"]
+    command.append("--disable-rosout-logs")
+    talker = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    session = NodeSession(f"rosout_quiet_{os.getpid()}")
+    received: list = []
+    try:
+        assert talker.stdout.readline().strip() == "READY"
+        qos = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=1000)
+        session.node.create_subscription(
+            messages.get_message("rcl_interfaces/msg/Log"), "/rosout", received.append, qos
+        )
+        deadline = time.monotonic() + 2.0  # ten info lines' worth
+        while time.monotonic() < deadline:
+            session.spin_once(0.05)
+    finally:
+        session.close()
+        talker.terminate()
+        _, stderr = talker.communicate(timeout=10)
+    assert f"rosout check {token}" in stderr  # still logged to the console
+    assert not [m for m in received if token in m.msg]

@@ -443,7 +443,7 @@ class Node:
         logger_name = self.get_fully_qualified_name().lstrip("/").replace("/", ".")
         self._logger = log.Logger(logger_name)
         self._clock = Clock()
-        self._rosout = _RosoutPublisher(self, logger_name)
+        self._rosout = _RosoutPublisher(self, logger_name) if args.rosout_logs else None
         if self.declare_parameter("use_sim_time", False).value:
             self._logger.warning("use_sim_time is not supported by the dds backend: wall time")
         self.context.nodes.append(self)
@@ -536,7 +536,8 @@ class Node:
 
     def destroy_node(self) -> None:
         """Delete every entity of the node and leave the ROS graph."""
-        self._rosout.close()
+        if self._rosout is not None:
+            self._rosout.close()
         for timer in list(self.timers):
             self.destroy_timer(timer)
         for sub in list(self.subscriptions):

@@ -37,11 +37,10 @@ ROS_ARGS_FLAG = "--ros-args"
 END_FLAG = "--"
 LOG_LEVELS = ("debug", "info", "warn", "warning", "error", "fatal", "unset")
 PARAMS_KEY = "ros__parameters"
-# rcl logging switches that take no value; accepted so `ros2 run` command lines keep working.
+# rcl logging switches that take no value; accepted so `ros2 run` command lines keep working
+# (the rosout pair is not ignored: the dds backend honours it).
 _IGNORED_SWITCHES = frozenset(
     {
-        "--enable-rosout-logs",
-        "--disable-rosout-logs",
         "--enable-stdout-logs",
         "--disable-stdout-logs",
         "--enable-external-lib-logs",
@@ -90,6 +89,7 @@ class RosArgs:
     params_files: list[Path] = field(default_factory=list)
     log_level: str | None = None  # default logger level, lower case
     logger_levels: dict[str, str] = field(default_factory=dict)  # logger name -> level
+    rosout_logs: bool = True  # --enable/--disable-rosout-logs: log lines also on /rosout
     unparsed: list[str] = field(default_factory=list)  # the non-ROS arguments, in order
     _rules: list[_ParamRule] = field(default_factory=list)
 
@@ -168,6 +168,9 @@ def _flag_value(args: list[str], i: int) -> str:
 def _parse_flag(parsed: RosArgs, args: list[str], i: int) -> int:
     """Apply the flag at ``args[i]``; returns the index of its last token."""
     flag = args[i]
+    if flag in ("--enable-rosout-logs", "--disable-rosout-logs"):
+        parsed.rosout_logs = flag == "--enable-rosout-logs"
+        return i
     if flag in _IGNORED_SWITCHES:
         return i
     if flag in _IGNORED_WITH_VALUE:
