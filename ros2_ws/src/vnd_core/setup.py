@@ -20,6 +20,8 @@ setup(
         "transforms3d>=0.4",
         "matplotlib>=3.7",
         "rich>=13",
+        "rosbags>=0.10",
+        "mcap>=1.1",
     ],
     package_data={PACKAGE_NAME: ["data/*.safetensors"]},
     zip_safe=False,

@@ -5,6 +5,11 @@ optional) with the ``ros2msg`` definition of every type stored, so ``ros2 bag``,
 the ``mcap`` tools open them. Messages travel through the node runtime (``vnd_ros.runtime``),
 so recording and playback work on both backends.
 
+MCAP recording survives SIGKILL: the pending messages go to disk as one chunk (write + fsync)
+at least every ``FlushPolicy.period_s`` (1 s) or ``max_messages`` (1000), so a killed recorder
+loses at most its last second. :func:`recover` (``vnd bag reindex``) closes such a bag and
+writes its metadata.yaml from the MCAP records (:mod:`vnd_core.bagfile`).
+
 Recording QoS adapts per topic the way ``ros2 bag record`` does: reliable only when every
 writer offers reliable (a reliable reader would not match a best-effort writer), transient
 local when every writer offers it (so a late recorder still gets the latched sample), else
@@ -32,6 +37,14 @@ import yaml
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability
 from rosbags.interfaces import QosTime as RosbagsQosTime
 from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from vnd_core.bagfile import (
+    BagFileError,
+    DurableBagWriter,
+    FlushPolicy,
+    RecoveryReport,
+    needs_recovery,
+    recover_bag,
+)
 
 from vnd_ros import messages, runtime
 from vnd_ros.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -208,6 +221,8 @@ class BagRecorder:
         all_topics: record every topic that has a writer (now or later).
         storage: "mcap" or "sqlite3".
         node_name: name of the recording node on the graph.
+        flush: when MCAP chunks are put on disk (bounds what a SIGKILL loses; sqlite3
+            storage commits only on close).
 
     Topics are subscribed once a writer announces them (its type and QoS are needed); the
     receive time is the message timestamp, as with ``ros2 bag record``.
@@ -221,6 +236,7 @@ class BagRecorder:
         all_topics: bool = False,
         storage: str = "mcap",
         node_name: str = "vnd_bag_recorder",
+        flush: FlushPolicy | None = None,
     ) -> None:
         if storage not in STORAGES:
             raise BagError(f"storage '{storage}' not supported (use one of {', '.join(STORAGES)})")
@@ -240,7 +256,8 @@ class BagRecorder:
         self._subscriptions: list[Any] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._writer: Writer | None = None
+        self._flush = flush or FlushPolicy()
+        self._writer: Writer | DurableBagWriter | None = None
         self._error: BaseException | None = None
 
     def start(self) -> BagRecorder:
@@ -296,9 +313,12 @@ class BagRecorder:
         try:
             session = NodeSession(self._node_name)
             probe = GraphProbe(session.node)
-            writer = Writer(
-                self.output_dir, version=BAG_FORMAT_VERSION, storage_plugin=STORAGES[self._storage]
-            )
+            if self._storage == "mcap":
+                writer: Writer | DurableBagWriter = DurableBagWriter(self.output_dir, self._flush)
+            else:
+                writer = Writer(
+                    self.output_dir, version=BAG_FORMAT_VERSION, storage_plugin=STORAGES["sqlite3"]
+                )
             writer.open()
             self._writer = writer
         except BaseException as err:  # reported by start()
@@ -334,6 +354,8 @@ class BagRecorder:
                 next_discovery = time.monotonic() + DISCOVERY_PERIOD_S
             if not session.spin_once(SPIN_STEP_S):
                 raise BagError("the node runtime shut down while recording")
+            if isinstance(self._writer, DurableBagWriter):
+                self._writer.flush_if_due()  # a quiet topic's last messages reach the disk too
 
     def _subscribe_new(self, node: Any, writers: Mapping[str, list[WriterOffer]]) -> None:
         for topic, offers in writers.items():
@@ -418,6 +440,27 @@ class BagInfo:
     def duration_s(self) -> float:
         """Time between the first and the last message [s]."""
         return (self.end_ns - self.start_ns) / 1e9 if self.message_count else 0.0
+
+
+def recover(path: str | Path) -> RecoveryReport:
+    """Close the torn MCAP files of the bag folder ``path`` (a killed recorder's) and write its
+    metadata.yaml from the MCAP records alone; see :func:`vnd_core.bagfile.recover_bag`."""
+    try:
+        return recover_bag(path, type_hash=_type_hash_or_empty)
+    except (BagFileError, OSError) as err:
+        raise BagError(f"cannot recover bag {path}: {err}") from err
+
+
+def bag_needs_recovery(path: str | Path) -> bool:
+    """True for a bag folder without metadata.yaml or with an MCAP file without footer."""
+    return Path(path).is_dir() and needs_recovery(Path(path))
+
+
+def _type_hash_or_empty(msgtype: str) -> str:
+    try:
+        return messages.type_hash(msgtype)
+    except (messages.UnknownMessageTypeError, ValueError):  # a type this install does not know
+        return ""
 
 
 def _open_reader(path: str | Path) -> Reader:

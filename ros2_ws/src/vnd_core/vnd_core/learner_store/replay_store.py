@@ -7,13 +7,15 @@ Layout under ``root``::
     ...
     segment_000007/   the segment being written (no metadata.yaml until it is closed)
 
-rosbags' MCAP writer keeps a segment's messages in memory until it closes, so a segment is
-durable once closed; :meth:`ReplayStore.append` rotates every ``segment_period_s`` or
-``segment_max_messages``. A process killed with SIGKILL leaves its open segment without
-metadata (and possibly with a truncated .mcap): on the next :meth:`ReplayStore.open` the
-readable part is salvaged with the mcap library's non-seeking reader into a new, closed
-segment and the broken one is removed. What was lost (at most one segment period) must come
-back from the publisher's transient-local history: that period has to stay well below it.
+Segments are written by :class:`vnd_core.bagfile.DurableBagWriter`: the open segment's pending
+messages go to disk as one MCAP chunk (write + fsync) once the oldest is ``flush_period_s``
+old or ``flush_max_messages`` are pending, and :meth:`ReplayStore.append` rotates every
+``segment_period_s`` or ``segment_max_messages``. A process killed with SIGKILL leaves its open
+segment without metadata, its .mcap without summary and footer: on the next
+:meth:`ReplayStore.open` every flushed chunk is salvaged with the mcap library's non-seeking
+reader into a new, closed segment and the broken one is removed. What was lost (at most one
+flush period: the last second of ticks) comes back from the publisher's transient-local
+history, which is far longer.
 
 Every message has a dedup key computed by the caller's ``key_fn(cdr_bytes)`` (for tick records
 the stamp and the tick counter): a message whose key is already stored is not written again,
@@ -34,9 +36,16 @@ from pathlib import Path
 from mcap.exceptions import McapError
 from mcap.reader import NonSeekingReader, SeekingReader
 from rosbags.interfaces import Qos
-from rosbags.rosbag2 import StoragePlugin, Writer
 
-BAG_FORMAT_VERSION = 9  # rosbag2 metadata version (Jazzy reads 9, Humble <= 9)
+from vnd_core.bagfile import (
+    BagFileError,
+    DurableBagWriter,
+    FlushPolicy,
+    being_written,
+    close_torn_file,
+    scan_file,
+)
+
 SEGMENT_PREFIX = "segment_"
 _SEGMENT_RE = re.compile(rf"^{SEGMENT_PREFIX}(\d{{6}})$")
 
@@ -95,6 +104,9 @@ class ReplayStore:
         key_fn: dedup key of a message from its CDR bytes.
         segment_period_s: close the open segment once it is this old [s].
         segment_max_messages: close the open segment once it holds this many messages.
+        flush_period_s: put pending messages on disk once the oldest is this old [s]; bounds
+            what a SIGKILL loses.
+        flush_max_messages: put pending messages on disk once this many are pending.
         clock: monotonic time source [s] (tests pass a fake).
     """
 
@@ -106,10 +118,13 @@ class ReplayStore:
         *,
         segment_period_s: float = 10.0,
         segment_max_messages: int = 1000,
+        flush_period_s: float = 1.0,
+        flush_max_messages: int = 1000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if segment_period_s <= 0 or segment_max_messages < 1:
             raise ValueError("segment_period_s must be > 0 and segment_max_messages >= 1")
+        self._flush = FlushPolicy(period_s=flush_period_s, max_messages=flush_max_messages)
         self.root = Path(root)
         self.topic = topic
         self._key_fn = key_fn
@@ -118,7 +133,7 @@ class ReplayStore:
         self._clock = clock
         self._keys: set[Hashable] = set()
         self._next_index = 1
-        self._writer: Writer | None = None
+        self._writer: DurableBagWriter | None = None
         self._connection = None
         self._open_count = 0  # messages in the open segment
         self._opened_at_s = 0.0
@@ -140,6 +155,11 @@ class ReplayStore:
             raise ReplayStoreError(f"cannot create replay store {self.root}: {err}") from err
         report = OpenReport()
         complete, broken = self._scan()
+        live = [path.name for _, path in broken if being_written(path)]
+        if live:  # salvaging would cut a segment that another process is still appending to
+            raise ReplayStoreError(
+                f"replay store {self.root} is in use: another process writes {', '.join(live)}"
+            )
         self._next_index = 1 + max((i for i, _ in complete + broken), default=0)
         salvaged: list[list[StoredMessage]] = []
         for _, path in broken:
@@ -179,7 +199,7 @@ class ReplayStore:
         """Write one message unless its key is stored; True when written.
 
         ``key`` defaults to ``key_fn(data)``. The message is in the open segment when this
-        returns (durable once that segment closes, see the module docstring).
+        returns (on disk within one flush period, see the module docstring).
         """
         if not self._is_open:
             raise ReplayStoreError(f"replay store {self.root} is not open")
@@ -197,10 +217,13 @@ class ReplayStore:
         return True
 
     def rotate_if_due(self) -> bool:
-        """Close the open segment when it is older than the segment period; True if closed."""
+        """Close the open segment when it is older than the segment period, else put its
+        pending messages on disk when the flush period is over; True if closed."""
         if self._writer is not None and self._clock() - self._opened_at_s >= self._period_s:
             self._close_segment()
             return True
+        if self._writer is not None:
+            self._writer.flush_if_due()
         return False
 
     @property
@@ -210,8 +233,8 @@ class ReplayStore:
 
     @property
     def pending(self) -> int:
-        """Messages in the open segment, not yet durable."""
-        return self._open_count
+        """Messages of the open segment not yet on disk (what a SIGKILL now would lose)."""
+        return 0 if self._writer is None else self._writer.pending
 
     def segment_paths(self) -> list[Path]:
         """Paths of the complete (closed) segments in order: what a bag reader opens."""
@@ -238,13 +261,13 @@ class ReplayStore:
             target.append((int(match.group(1)), path))
         return complete, broken
 
-    def _new_writer(self) -> Writer:
+    def _new_writer(self) -> DurableBagWriter:
         path = self.root / f"{SEGMENT_PREFIX}{self._next_index:06d}"
         self._next_index += 1
-        writer = Writer(path, version=BAG_FORMAT_VERSION, storage_plugin=StoragePlugin.MCAP)
+        writer = DurableBagWriter(path, self._flush, clock=self._clock)
         try:
             writer.open()
-        except Exception as err:  # rosbags raises WriterError / OSError: name the segment
+        except (BagFileError, OSError) as err:
             raise ReplayStoreError(f"cannot open replay segment {path}: {err}") from err
         self._connection = writer.add_connection(
             self.topic.name,
@@ -300,11 +323,24 @@ def _read_segment(path: Path, topic: str) -> list[StoredMessage]:
 
 def _salvage(path: Path, topic: str) -> tuple[list[StoredMessage], str]:
     """Readable messages of a segment left open by a killed process, and why reading stopped
-    ('' when the file ended cleanly between records)."""
+    ('' when the file ended cleanly between records).
+
+    The file is first closed after its last complete record (a torn record at its end would
+    otherwise stop the reader before the chunk in front of it is handed out).
+    """
     files = sorted(path.glob("*.mcap"))
     messages: list[StoredMessage] = []
     why = ""
     for file in files:
+        try:
+            scan = scan_file(file)
+            if not scan.complete:
+                close_torn_file(scan)
+                if scan.size > scan.end_of_records:
+                    why = f"{scan.size - scan.end_of_records} torn bytes at its end dropped"
+        except (BagFileError, OSError) as err:
+            why = str(err)
+            continue
         with file.open("rb") as stream:
             try:
                 for _schema, channel, message in NonSeekingReader(stream).iter_messages(

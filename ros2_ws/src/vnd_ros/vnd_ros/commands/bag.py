@@ -2,9 +2,14 @@
 
     vnd bag record -o DIR TOPIC... [--all] [--duration S] [--storage mcap|sqlite3]
     vnd bag info DIR
+    vnd bag reindex DIR
     vnd bag play DIR [--rate R] [--topics T ...] [--loop] [--wait-for-subscribers S]
 
-record and play stop cleanly on SIGINT or SIGTERM (the bag is closed and stays readable).
+record and play stop cleanly on SIGINT or SIGTERM (the bag is closed and stays readable). A
+recorder killed harder (SIGKILL, power loss) leaves an MCAP file without footer and no
+metadata.yaml, holding every message up to its last flush (at most 1 s old): ``reindex``
+closes the file and writes metadata.yaml from the records, and ``info`` does it first when a
+bag needs it.
 """
 
 from __future__ import annotations
@@ -19,7 +24,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vnd_ros.bag import STORAGES, BagError, BagRecorder, bag_info, format_info, play
+from vnd_ros.bag import (
+    STORAGES,
+    BagError,
+    BagRecorder,
+    bag_info,
+    bag_needs_recovery,
+    format_info,
+    play,
+    recover,
+)
 from vnd_ros.launch.resolve import default_environment
 
 
@@ -36,6 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     record.add_argument("--storage", choices=sorted(STORAGES), default="mcap")
     info = sub.add_parser("info", help="duration, message counts and types of a bag")
     info.add_argument("bag", type=Path, help="bag folder (or .mcap/.db3 file)")
+    reindex = sub.add_parser(
+        "reindex", help="rebuild metadata.yaml (and close a torn MCAP) of a killed recording"
+    )
+    reindex.add_argument("bag", type=Path, help="bag folder")
     player = sub.add_parser("play", help="publish a bag with its original timing")
     player.add_argument("bag", type=Path, help="bag folder (or .mcap/.db3 file)")
     player.add_argument("-r", "--rate", type=float, default=1.0, help="speed factor (default 1)")
@@ -55,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     verbs: dict[str, Callable[[argparse.Namespace], int]] = {
         "record": _record,
         "info": _info,
+        "reindex": _reindex,
         "play": _play,
     }
     try:
@@ -108,7 +127,18 @@ def _record(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
+    if bag_needs_recovery(args.bag):
+        print(
+            f"[WARN] [vnd_bag]: {args.bag} was not closed (recorder killed?): recovering it",
+            file=sys.stderr,
+        )
+        print(recover(args.bag).describe(), file=sys.stderr)
     print(format_info(bag_info(args.bag)))
+    return 0
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    print(recover(args.bag).describe())
     return 0
 
 
