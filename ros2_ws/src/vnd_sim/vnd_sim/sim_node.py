@@ -139,7 +139,9 @@ class SimNode(Node):
         self._publish_samples(self.sim.advance_to(self._now_ns()))
 
     def _on_command(self, msg: Any) -> None:
-        if msg.mode in self._refused_modes:
+        # Idle and disarmed commands (zero thrust) never start the scenario; once it runs they
+        # are applied like any other: a disarm in flight cuts the motors.
+        if msg.mode in self._refused_modes and not self.sim.started:
             self._refuse("refused_mode", f"command refused: mode {msg.mode} (idle/disarmed)")
             return
         now_ns = self._now_ns()

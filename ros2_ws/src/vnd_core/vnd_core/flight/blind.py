@@ -5,11 +5,19 @@ When odometry stops, the last good sample is already about one odometry timeout 
 vehicle has flown that long on the commands the tick sent meanwhile (a policy tilting into a turn
 keeps tilting). :class:`BlindEstimator` restarts from the last good odometry at its stamp and
 replays every command the filter actually sent since, each from the moment it reached the
-vehicle (``command_delay_s`` after it was sent) to the next, through the nominal rigid-body model
-(thrust along body z, gravity, first-order body-rate lag) plus the external force estimated
-while odometry was good (:class:`DisturbanceEstimator`: steady wind through the vehicle's drag
-law, and a vertical bias for mass or thrust-curve error). Each later blind tick continues the
-prediction to the tick's time.
+vehicle (``command_delay_s`` after it was sent) to the next, through the vehicle's rigid-body
+model (thrust along body z, gravity) with its onboard rate loop (angular acceleration
+``rate_gain_p`` times the rate error, through the motor lag ``motor_time_constant_s``; thrust
+through the same lag) plus the external force estimated while odometry was good
+(:class:`DisturbanceEstimator`: steady wind through the vehicle's drag law, and a vertical bias
+for mass or thrust-curve error). Each later blind tick continues the prediction to the tick's
+time.
+
+Why the rate loop and not the prior's first-order rate lag: in CTBR flight the attitude is the
+integral of the rates, and without odometry nothing corrects it. Replaying a hovering policy's
+rate commands through the first-order lag left the predicted attitude a few degrees off the
+true one, enough for a level-looking prediction to drift the real vehicle several metres during
+a blind descent; the rate-loop model keeps the attitude error within a fraction of a degree.
 
 Everything runs on plain floats: a torch step of the nominal model costs milliseconds on the
 target CPU, and numpy's per-call cost exceeds the arithmetic on 3-vectors; replaying the
@@ -28,16 +36,18 @@ from vnd_core.state import GRAVITY_MPS2, STATE_DIM
 from vnd_core.vehicle import VehicleParams
 
 NS_PER_S = 1_000_000_000
-_MAX_SUBSTEP_NS = 5_000_000  # the rate lag (60 ms) and tilt change stay accurate at 5 ms steps
+_MAX_SUBSTEP_NS = 5_000_000  # the rate loop (50 ms) and tilt change stay accurate at 5 ms steps
+RATE_SETTLE_S = 0.3  # replayed rate-loop history before a prediction starts (6 time constants)
 
 
 @dataclass(frozen=True)
 class BlindConfig:
     """Settings of :class:`BlindEstimator` and :class:`DisturbanceEstimator`."""
 
-    command_delay_s: float = 0.03  # time from sending a command to the vehicle acting on it
+    command_delay_s: float = 0.032  # time from sending a command to the vehicle acting on it
     history_s: float = 1.0  # commands kept for replay (must exceed the odometry timeout)
-    disturbance_time_constant_s: float = 0.5  # averaging time of the external-force estimate
+    disturbance_time_constant_s: float = 1.5  # averaging time of the external-force estimate
+    min_disturbance_mps2: float = 0.3  # a horizontal residual below this is noise: no wind
     max_wind_mps: float = 10.0  # the wind estimate is bounded to this speed
     max_bias_mps2: float = 3.0  # the vertical acceleration bias is bounded to this
 
@@ -157,6 +167,8 @@ class DisturbanceEstimator:
         m = self.vehicle.mass_kg
         rx, ry, rz = self._residual
         force_n = m * math.hypot(rx, ry)
+        if force_n < m * self.config.min_disturbance_mps2:
+            force_n = 0.0
         air_mps = self._air_speed(force_n)
         if force_n > 1e-9:  # the air moves against the drag force's direction
             air_x, air_y = -rx * m / force_n * air_mps, -ry * m / force_n * air_mps
@@ -195,8 +207,11 @@ class BlindEstimator:
         self.disturbance = DisturbanceEstimator(vehicle, self.config)
         self._delay_ns = round(self.config.command_delay_s * NS_PER_S)
         self._hover = (vehicle.hover_thrust_n, 0.0, 0.0, 0.0)
+        self._gain = tuple(float(k) for k in vehicle.rate_gain_p)
         self._state = [0.0] * STATE_DIM
         self._state[3] = 1.0
+        self._angular_accel = [0.0, 0.0, 0.0]  # rad/s^2, the rate loop's output through the motors
+        self._thrust_n = vehicle.hover_thrust_n  # thrust the motors give, after their lag
         self._at_ns: int | None = None  # time the prediction is for (None: not started)
 
     @property
@@ -221,8 +236,20 @@ class BlindEstimator:
         self.history.add(sent_ns, action)
 
     def start(self, state: np.ndarray, stamp_ns: int) -> None:
-        """Predict from odometry ``state`` (13,) taken at ``stamp_ns``."""
+        """Predict from odometry ``state`` (13,) taken at ``stamp_ns``.
+
+        Position, attitude and velocity are the odometry's. The body rates and the motors'
+        response come from the rate loop replayed over the commands of the last
+        ``RATE_SETTLE_S`` instead: a stable loop forgets its start within a few of its time
+        constants, so the replay gives the rates more closely than a filter of motion-capture
+        attitudes can (its rate error reaches 1 rad/s behind a policy that changes its rate
+        commands every tick, which over the odometry timeout is two degrees of attitude).
+        """
         self._state = [float(x) for x in state]
+        rates, alpha, thrust_n = self._rate_loop_at(stamp_ns)
+        self._state[10:13] = rates
+        self._angular_accel = alpha
+        self._thrust_n = thrust_n
         self._at_ns = stamp_ns
 
     def stop(self) -> None:
@@ -241,6 +268,24 @@ class BlindEstimator:
             self._at_ns = now_ns
         return self.state
 
+    def _rate_loop_at(self, at_ns: int) -> tuple[list[float], list[float], float]:
+        """(body rates (3,), angular acceleration (3,), thrust N) of the rate loop and motors
+        at ``at_ns``, replayed over the commands of the ``RATE_SETTLE_S`` before it."""
+        start_ns = at_ns - round(RATE_SETTLE_S * NS_PER_S)
+        segments = self.history.segments(start_ns, at_ns, self._delay_ns, self._hover)
+        first = segments[0][1]
+        rates, alpha, thrust_n = list(first[1:]), [0.0, 0.0, 0.0], first[0]
+        for duration_ns, action in segments:
+            steps = max(1, math.ceil(duration_ns / _MAX_SUBSTEP_NS))
+            dt_s = duration_ns / steps / NS_PER_S
+            motor = min(dt_s / self.vehicle.motor_time_constant_s, 1.0)
+            for _ in range(steps):
+                thrust_n += motor * (action[0] - thrust_n)
+                for i in range(3):
+                    alpha[i] += motor * (self._gain[i] * (action[1 + i] - rates[i]) - alpha[i])
+                    rates[i] += alpha[i] * dt_s
+        return rates, alpha, thrust_n
+
     def _integrate(self, action: Sequence[float], duration_ns: int) -> None:
         """Explicit Euler through ``duration_ns`` under ``action`` in steps of at most 5 ms."""
         steps = max(1, math.ceil(duration_ns / _MAX_SUBSTEP_NS))
@@ -250,16 +295,20 @@ class BlindEstimator:
 
     def _step(self, action: Sequence[float], dt_s: float) -> None:
         s = self._state
+        motor = min(dt_s / self.vehicle.motor_time_constant_s, 1.0)
+        self._thrust_n += motor * (action[0] - self._thrust_n)
         bz = body_z(s[3:7])
-        thrust_accel = action[0] / self.vehicle.mass_kg
+        thrust_accel = self._thrust_n / self.vehicle.mass_kg
         ext = self.disturbance.accel_mps2(s[7:10])
         for i in range(3):
             accel = thrust_accel * bz[i] + ext[i] - (GRAVITY_MPS2 if i == 2 else 0.0)
             s[i] += s[7 + i] * dt_s + 0.5 * accel * dt_s * dt_s
             s[7 + i] += accel * dt_s
-        lag = min(dt_s / self.vehicle.body_rate_time_constant_s, 1.0)
+        alpha = self._angular_accel
         for i in range(3):
-            s[10 + i] += lag * (action[1 + i] - s[10 + i])
+            demand = self._gain[i] * (action[1 + i] - s[10 + i])
+            alpha[i] += motor * (demand - alpha[i])
+            s[10 + i] += alpha[i] * dt_s
         w, x, y, z = s[3:7]
         hx, hy, hz = (0.5 * dt_s * r for r in s[10:13])  # q <- q * (1, omega dt / 2), then unit
         q = (

@@ -138,6 +138,7 @@ class PolicyController:
         self._bundle: Bundle | None = None
         self._external: ExternalReference | None = None
         self._t0_ns: int | None = None  # first odometry stamp: reference time zero
+        self.latent_problem: str | None = None  # why the last tick flew on z = 0 (None: it did not)
 
     @classmethod
     def create(
@@ -207,7 +208,7 @@ class PolicyController:
             self.counters.count(NO_BUNDLE)
         if ref is None:
             ref = reference_numpy(self.reference, np.full(1, t_s))
-        out = self.safety.step(now_ns, state, stamp_ns, action)
+        out = self.safety.step(now_ns, state, stamp_ns, action, reference_m=ref[0, 0, :])
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
         return TickRecord(
@@ -255,6 +256,8 @@ class PolicyController:
         if bundle is self._bundle:
             return self._runner
         old = self._runner
+        if self._bundle is not None and bundle is not None:
+            self.safety.resume_policy()  # a suspension was about the network just replaced
         self._bundle = bundle
         self._runner = None if bundle is None else ReferenceRunner(bundle.policy, self.reference)
         if self._runner is not None and old is not None:
@@ -269,6 +272,7 @@ class PolicyController:
         """(z (nz,) float32, used): the latent when it may be used, else zeros and a reason."""
         zeros = np.zeros(nz, dtype=np.float32)
         if nz == 0:
+            self.latent_problem = None
             return zeros, False
         reason = None
         if latent is None:
@@ -281,6 +285,7 @@ class PolicyController:
             reason = LATENT_STALE
         elif latent.z.shape != (nz,) or not np.isfinite(latent.z).all():
             reason = LATENT_SIZE
+        self.latent_problem = reason
         if reason is not None:
             self.counters.count(reason)
             return zeros, False

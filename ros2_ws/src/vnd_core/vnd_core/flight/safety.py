@@ -119,7 +119,7 @@ class SafetyConfig:
     touchdown_height_m: float = 0.05  # landed when at most this far above the floor ...
     touchdown_speed_mps: float = 0.1  # ... moving slower than this ...
     touchdown_time_s: float = 0.5  # ... for this long
-    blind_descent_mps: float = 0.3  # descent speed flown on dead reckoning without odometry
+    blind_descent_mps: float = 0.5  # descent speed flown on dead reckoning without odometry
     blind_land_margin_s: float = 3.0  # blind landing disarms this long after predicted floor
     blind_level_s: float = 0.5  # blind flight levels and brakes this long before descending
     blind_max_tilt_rad: float = 0.35  # tilt limit of blind flight
@@ -405,7 +405,8 @@ class SafetyFilter:
             ok_action = None if action is None else np.asarray(action, dtype=float)
             if ok_action is not None and not np.isfinite(ok_action).all():
                 ok_action = None
-            verdict = self._envelope.check(state, ok_action, reference_m)
+            tracked = reference_m if self.mode == Mode.POLICY else None  # not flying yet
+            verdict = self._envelope.check(state, ok_action, tracked)
             if verdict is not None:
                 faults.append(self._fault(verdict))
                 if self.mode == Mode.POLICY and verdict.reason in ENVELOPE_FAULTS:
