@@ -62,7 +62,7 @@ class FlushPolicy:
     """When a :class:`DurableBagWriter` puts its pending messages on disk."""
 
     period_s: float = 1.0  # flush once the oldest unflushed message is this old [s]
-    max_messages: int = 1000  # flush once this many messages are unflushed
+    max_messages: int = 10_000  # flush once this many messages are unflushed (bursts)
 
 
 class DurableBagWriter:

@@ -6,7 +6,7 @@ the ``mcap`` tools open them. Messages travel through the node runtime (``vnd_ro
 so recording and playback work on both backends.
 
 MCAP recording survives SIGKILL: the pending messages go to disk as one chunk (write + fsync)
-at least every ``FlushPolicy.period_s`` (1 s) or ``max_messages`` (1000), so a killed recorder
+at least every ``FlushPolicy.period_s`` (1 s) or ``max_messages`` (10 000), so a killed recorder
 loses at most its last second. :func:`recover` (``vnd bag reindex``) closes such a bag and
 writes its metadata.yaml from the MCAP records (:mod:`vnd_core.bagfile`).
 
