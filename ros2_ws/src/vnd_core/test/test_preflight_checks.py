@@ -301,6 +301,15 @@ def test_learner_both_ways() -> None:
     assert check_learner(None, 3.0, T, expected_running=False).verdict is Verdict.SKIP
 
 
+def test_a_refused_learner_bundle_fails_the_learner_row() -> None:
+    refusal = "/vnd1/policy refused v5: rejected: behaviour check: tilt 52.0 deg > 45.8 deg"
+    refused = replace(learner(), latest_refused=True, refusal=refusal)
+    row = check_learner(refused, 3.0, T)
+    assert row.failed and row.measured.endswith(f"; BAD: newest bundle refused: {refusal}")
+    # an older refusal, the newest bundle accepted: nothing to fail on
+    assert not check_learner(replace(learner(), refusal=refusal), 3.0, T).failed
+
+
 def test_disk_both_ways() -> None:
     sample = DiskSample("/data/run", "/data/run", 2048 * 1024 * 1024, True, 0)
     assert not check_disk(sample, T).failed

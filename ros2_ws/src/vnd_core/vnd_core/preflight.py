@@ -449,6 +449,8 @@ class LearnerReport:
     message: str  # human-readable detail
     received_age_s: float  # time since the latest report arrived [s]
     reports: int  # reports received while listening
+    latest_refused: bool = False  # a flight node refused the newest published bundle
+    refusal: str = ""  # the newest refusal ('<node> refused v<N>: <reason>')
 
 
 def check_learner(
@@ -457,12 +459,17 @@ def check_learner(
     thresholds: PreflightThresholds,
     expected_running: bool = True,
 ) -> CheckRow:
-    """PASS when a learner report arrived within ``learner_max_age_s`` and it is not in error.
+    """PASS when a learner report arrived within ``learner_max_age_s``, it is not in error and
+    no flight node refused the newest bundle it published (learning would go on while the
+    vehicle keeps flying an older one, unnoticed).
 
     ``expected_running`` False (no learner launched) gives SKIP.
     """
     name = "learner"
-    expected = f"vnd/learner/status within {thresholds.learner_max_age_s:g} s, state != error"
+    expected = (
+        f"vnd/learner/status within {thresholds.learner_max_age_s:g} s, state != error, "
+        "newest bundle not refused by a flight node"
+    )
     if not expected_running:
         return CheckRow(name, Verdict.SKIP, "not checked (--no-learner)", expected)
     if report is None:
@@ -477,6 +484,9 @@ def check_learner(
     )
     if report.state == LEARNER_STATE_ERROR and report.message:
         measured += f": {report.message}"
+    if report.latest_refused:
+        ok = False
+        measured += f"; BAD: newest bundle refused: {report.refusal}"
     return _row(name, ok, measured, expected)
 
 

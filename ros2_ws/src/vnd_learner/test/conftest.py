@@ -21,8 +21,9 @@ START_TIMEOUT_S = 40.0  # a node process imports torch: slow on a busy 2-core ma
 class LearnerProcess:
     """``python -m vnd_learner.learner_node`` with its log lines collected."""
 
-    def __init__(self, params: dict[str, str], cwd: Path) -> None:
+    def __init__(self, params: dict[str, str], cwd: Path, ros_args: tuple[str, ...] = ()) -> None:
         args = [arg for name, value in params.items() for arg in ("-p", f"{name}:={value}")]
+        args = [*ros_args, *args]
         env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vnd_learner.learner_node", "--ros-args", *args],
@@ -73,11 +74,12 @@ class LearnerProcess:
 
 @pytest.fixture
 def start_learner(tmp_path: Path) -> Iterator[Callable[..., LearnerProcess]]:
-    """Factory: ``start_learner(run_dir=..., learn='false', ...)`` -> a running LearnerProcess."""
+    """Factory: ``start_learner(run_dir=..., learn='false', ...)`` -> a running LearnerProcess
+    (``ros_args=(...)`` go before the parameters, e.g. a namespace remap)."""
     started: list[LearnerProcess] = []
 
-    def start(**params: str) -> LearnerProcess:
-        process = LearnerProcess(params, tmp_path)
+    def start(ros_args: tuple[str, ...] = (), **params: str) -> LearnerProcess:
+        process = LearnerProcess(params, tmp_path, ros_args)
         started.append(process)
         return process
 

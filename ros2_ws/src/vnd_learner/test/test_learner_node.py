@@ -158,3 +158,80 @@ def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
 
     learner.kill()  # SIGKILL of the node: its worker sees the pipe close and exits
     assert wait_gone(new_pid, 10), "the worker outlived its node"
+
+
+def test_a_bundle_the_policy_node_refuses_shows_in_learner_status(
+    tmp_path: Path, start_learner, listen
+) -> None:
+    """A real learner and a real policy node: the learner's registry holds a v2 whose policy
+    flies badly (first layer x1e6, well-formed); the learner publishes it, the policy node
+    refuses it, and the learner reports the refusal on vnd/learner/status, in `vnd status` and
+    as a failed `vnd preflight` learner row."""
+    import copy
+    import subprocess
+    import sys
+    import time
+
+    import torch
+    from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
+    from vnd_core.commands.sim import shipped_bundle_path
+    from vnd_core.learner_store.registry import BundleRegistry
+    from vnd_core.preflight import LearnerReport, PreflightThresholds, check_learner
+    from vnd_ros.client import LearnerHealth
+    from vnd_ros.commands.status import StatusView, format_table
+
+    shipped = load_bundle(shipped_bundle_path())
+    policy = copy.deepcopy(shipped.policy)
+    with torch.no_grad():
+        policy.net[0].weight.mul_(1e6)
+    bad = Bundle(2, 1, policy, shipped.vehicle, lineage="test-run", parent_sha256=shipped.sha256)
+    run_dir = tmp_path / "run"
+    registry = BundleRegistry(run_dir / "bundles")
+    registry.open()
+    registry.add(bundle_to_bytes(bad), metrics={}, decided_wall_s=time.time())
+
+    namespace = f"lrf{os.getpid()}"
+    status = listen(STATUS, f"/{namespace}/vnd/learner/status", qos_profile_status)
+    learner = start_learner(
+        ros_args=("-r", f"__ns:=/{namespace}"), run_dir=str(run_dir), learn="false"
+    )
+    env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    ros_args = ["-r", f"__ns:=/{namespace}", "-p", "smoke_budget_us:=1000000.0"]
+    policy_node = subprocess.Popen(
+        [sys.executable, "-m", "vnd_policy.policy_node", "--ros-args", *ros_args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        learner.wait_line("learner ready")
+        refused = status.wait_for(lambda s: s.latest_refused, timeout_s=90)
+        prefix = f"/{namespace}/policy refused v2: rejected: behaviour check: "
+        assert refused.refusal.startswith(prefix), refused.refusal
+        assert refused.bundles_refused == 1 and refused.latest_version == 2
+        assert "bundle refused by a flight node" in learner.wait_line("refused v2")
+
+        health = LearnerHealth.from_msg(refused)
+        view = StatusView(nodes={}, node_report_ns={}, learner=health, learner_report_ns=0)
+        table = format_table(view, time.time_ns())
+        assert f"learner: LATEST BUNDLE REFUSED: {refused.refusal}" in table.splitlines()
+        report = LearnerReport(
+            state=health.state,
+            latest_version=health.latest_version,
+            ticks_stored=health.ticks_stored,
+            message=health.message,
+            received_age_s=0.1,
+            reports=1,
+            latest_refused=health.latest_refused,
+            refusal=health.refusal,
+        )
+        row = check_learner(report, 3.0, PreflightThresholds())
+        assert row.failed
+        assert row.measured.endswith(f"; BAD: newest bundle refused: {refused.refusal}")
+    finally:
+        policy_node.terminate()
+        try:
+            policy_node.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            policy_node.kill()
+            policy_node.wait()

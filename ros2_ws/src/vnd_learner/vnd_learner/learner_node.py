@@ -10,6 +10,13 @@ Every accepted bundle is saved to the registry ``<run_dir>/bundles`` (``v0001.sa
 ``index.json``) and published on ``vnd/model`` (ModelBundle, reliable + transient local, depth
 1). ``vnd/learner/status`` (LearnerStatus) goes out on every change and at 1 Hz.
 
+Refusals: the flight nodes answer every learner bundle on ``vnd/checkpoint/status`` under
+request id ``model:<version>`` (``vnd_core.flight.bundle_runtime.learner_request_id``). The
+learner reads those answers: a refusal is logged and shows in LearnerStatus ``bundles_refused``,
+``latest_refused`` (a node refused the newest published bundle for a reason other than its pin)
+and ``refusal`` (which node, which version, why), which ``vnd status`` prints and
+``vnd preflight`` fails on.
+
 Restart: the store is reloaded (a segment truncated by SIGKILL is salvaged and says so in the
 log), the newest registry bundle is published again and the worker continues from it; the
 publisher's transient-local history re-delivers what the killed process had not made durable.
@@ -28,6 +35,7 @@ from typing import Any
 
 from vnd_core.bundle import read_metadata
 from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.flight.bundle_runtime import learner_request_id
 from vnd_core.flight.msgfields import set_stamp, stamp_ns
 from vnd_core.learner.records import TickRecords
 from vnd_core.learner_store.ipc import Frame
@@ -35,12 +43,13 @@ from vnd_core.learner_store.registry import BundleRegistry, RegistryEntry, Regis
 from vnd_core.learner_store.replay_store import ReplayStore, ReplayStoreError, StoreTopic
 from vnd_ros.messages import get_message, message_definition, serialize, type_hash
 from vnd_ros.params import freeze_parameters, param
-from vnd_ros.qos import qos_profile_model, qos_profile_replay, qos_profile_status
+from vnd_ros.qos import QoSProfile, qos_profile_model, qos_profile_replay, qos_profile_status
 from vnd_ros.runtime import Node, init, spin_until_shutdown
 
 from vnd_learner.records import TRANSITION_TYPE, TickBuffer, key_of_cdr, records_from_cdr, tick_key
 from vnd_learner.worker_client import WorkerClient, WorkerSpec
 
+CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # as the flight nodes publish it (docs/topics.md)
 MAX_RESTART_BACKOFF_S = 30.0  # longest wait between worker restarts [s]
 HISTORY_MAX_BATCHES = 256  # stored-tick batches kept before they are merged into one
 PRESETS = ("quick", "standard", "full")  # LearnerConfig presets the worker knows
@@ -53,6 +62,33 @@ STATE_VALIDATING = 4
 STATE_ERROR = 5
 _STAGE_TIMES = ("fit", "train", "validate", "total")  # timings of an update result [s]
 _STAGE_STATES = (("fit", STATE_FITTING), ("train", STATE_TRAINING), ("valid", STATE_VALIDATING))
+
+
+@dataclass(frozen=True)
+class NodeAnswer:
+    """A flight node's ``vnd_msgs/CheckpointStatus`` answer to one learner bundle."""
+
+    node: str  # fully qualified name of the answering node
+    version: int  # bundle version answered (from the request id 'model:<version>')
+    accepted: bool  # the node took the bundle (or already flies it)
+    message: str  # the node's reason
+    pin: bool  # a refusal because the node is pinned (an operator's choice)
+
+    @classmethod
+    def of(cls, msg: Any) -> NodeAnswer | None:
+        """The answer in ``msg``, or None when it answers no learner bundle."""
+        request_id = str(msg.request_id)
+        prefix = learner_request_id(0)[:-1]  # 'model:'
+        if not request_id.startswith(prefix) or not request_id[len(prefix) :].isdigit():
+            return None
+        accepted, message = bool(msg.accepted), str(msg.message)
+        return cls(
+            node=str(msg.node),
+            version=int(request_id[len(prefix) :]),
+            accepted=accepted,
+            message=message,
+            pin=not accepted and bool(msg.pinned) and message.startswith("pinned"),
+        )
 
 
 @dataclass(frozen=True)
@@ -103,6 +139,10 @@ class LearnerNode(Node):
         self.last_update_duration_s = 0.0
         self.duplicates = 0
         self.store_failures = 0
+        # newest answer of each flight node to a learner bundle: node -> NodeAnswer
+        self.node_answers: dict[str, NodeAnswer] = {}
+        self.refused: set[tuple[str, int]] = set()  # (node, version) refusals seen
+        self.refusal = ""  # newest refusal, as LearnerStatus.refusal says it
         self.shutting_down = False
         self.overrides = learner_overrides(self.cfg)
         root = Path(self.cfg.run_dir)
@@ -124,6 +164,12 @@ class LearnerNode(Node):
             self._set_state(STATE_COLLECTING, "learning disabled (learn:=false): recording only")
         self.create_subscription(
             get_message(TRANSITION_TYPE), "vnd/replay", self.on_replay, qos_profile_replay
+        )
+        self.create_subscription(
+            get_message("vnd_msgs/msg/CheckpointStatus"),
+            "vnd/checkpoint/status",
+            self.on_checkpoint_status,
+            CHECKPOINT_STATUS_QOS,
         )
         self.create_timer(self.cfg.forward_period_s, self.on_forward)
         self.create_timer(self.cfg.status_period_s, self.publish_status)
@@ -299,6 +345,28 @@ class LearnerNode(Node):
         )
         self.get_logger().info(self.message)
 
+    # ------------------------------------------------------------------ node answers
+    def on_checkpoint_status(self, msg: Any) -> None:
+        """A flight node's answer; those to learner bundles are kept, refusals reported."""
+        answer = NodeAnswer.of(msg)
+        if answer is None:
+            return
+        self.node_answers[answer.node] = answer
+        if answer.accepted or (answer.node, answer.version) in self.refused:
+            return
+        self.refused.add((answer.node, answer.version))
+        self.refusal = f"{answer.node} refused v{answer.version}: {answer.message}"
+        self.get_logger().warning(f"bundle refused by a flight node: {self.refusal}")
+        self.publish_status()
+
+    def latest_refused(self) -> bool:
+        """True while a flight node's answer to the newest published bundle is a refusal
+        other than a pin (an operator's choice, reported as such by the node)."""
+        return any(
+            answer.version == self.latest_version and not answer.accepted and not answer.pin
+            for answer in self.node_answers.values()
+        )
+
     # ------------------------------------------------------------------ outputs
     def _publish_bundle(self, payload: bytes, version: int, parent: int, sha256: str) -> None:
         msg = self.ModelBundle(
@@ -332,6 +400,9 @@ class LearnerNode(Node):
             updates_rejected=self.updates_rejected,
             last_update_duration_s=self.last_update_duration_s,
             message=self.message,
+            bundles_refused=len(self.refused),
+            latest_refused=self.latest_refused(),
+            refusal=self.refusal,
         )
         set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
         self.status_pub.publish(status)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from vnd_core.bundle import Bundle, bundle_to_bytes
-from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
+from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.vehicle import load_vehicle
 from vnd_ros.cli import main as vnd_main
 
@@ -27,9 +27,9 @@ CLI_TIMEOUT_S = 60.0
 
 
 def _bundle_bytes(version: int) -> bytes:
-    torch.manual_seed(version)
+    """The shipped policy (trained: the node's behavioural check passes it) as ``version``."""
     vehicle = load_vehicle("agile")
-    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16)))
+    policy = load_bundle(shipped_bundle_path()).policy
     return bundle_to_bytes(Bundle(version, version - 1, policy, vehicle, summary={"t": version}))
 
 

@@ -178,6 +178,9 @@ class LearnerHealth:
     last_update_duration_s: float  # wall time of the last update cycle [s]
     message: str  # human-readable detail
     stamp_ns: int  # time of the report [ns]
+    bundles_refused: int = 0  # published bundles a flight node refused [count]
+    latest_refused: bool = False  # a flight node refused the newest published bundle
+    refusal: str = ""  # newest refusal: '<node> refused v<N>: <reason>' ('' = none)
 
     @property
     def state_name(self) -> str:
@@ -196,6 +199,9 @@ class LearnerHealth:
             last_update_duration_s=float(msg.last_update_duration_s),
             message=str(msg.message),
             stamp_ns=stamp_ns(msg.header.stamp),
+            bundles_refused=int(getattr(msg, "bundles_refused", 0)),
+            latest_refused=bool(getattr(msg, "latest_refused", False)),
+            refusal=str(getattr(msg, "refusal", "")),
         )
 
 

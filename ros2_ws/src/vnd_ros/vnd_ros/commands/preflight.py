@@ -11,7 +11,7 @@ Checks (vnd_core.preflight holds the logic and the default thresholds):
     bundle active             both fly a bundle; a CheckpointCommand LIST answer agrees
     bundle versions           same version, same pin state, not behind the learner's latest
     policy commands           vnd/command at rate, finite, in an accepted mode
-    learner                   vnd/learner/status fresh and not in error
+    learner                   vnd/learner/status fresh, not in error, newest bundle not refused
     disk space                free space and write access for <run_dir>/replay
 
 Exit code 0 when every check passed (SKIP counts as passed), 1 when any failed, 2 for usage
@@ -351,6 +351,8 @@ def _learner_report(data: Collected) -> LearnerReport | None:
         message=data.learner.message,
         received_age_s=time.monotonic() - data.learner_received_mono_s,
         reports=data.learner_reports,
+        latest_refused=data.learner.latest_refused,
+        refusal=data.learner.refusal,
     )
 
 

@@ -236,7 +236,19 @@ def format_table(snapshot: StatusView, now_ns: int) -> str:
             + (f" ({learner.message})" if learner.message else "")
             + stale_text(snapshot.learner_report_ns or learner.stamp_ns, now_ns)
         )
+        refusal = refusal_line(learner)
+        if refusal:
+            lines.append(refusal)
     return "\n".join(lines)
+
+
+def refusal_line(learner: LearnerHealth) -> str:
+    """The line about flight nodes refusing learner bundles ('' when none ever did)."""
+    if learner.latest_refused:
+        return f"learner: LATEST BUNDLE REFUSED: {learner.refusal}"
+    if learner.bundles_refused:
+        return f"learner: {learner.bundles_refused} bundle(s) refused, newest: {learner.refusal}"
+    return ""
 
 
 def format_counters(counters: dict) -> str:
