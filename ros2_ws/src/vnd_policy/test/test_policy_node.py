@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 import torch
-from vnd_core.bundle import bundle_to_bytes
+from vnd_core.bundle import bundle_to_bytes, save_bundle
 from vnd_core.flight.msgfields import stamp_ns
 from vnd_core.flight.safety import Mode
 from vnd_ros.qos import (
@@ -388,6 +388,49 @@ def test_the_test_only_skip_lets_a_bad_bundle_in_and_says_so(harness, bundles):
             "the answer to the learner bundle",
         )
         assert reply.accepted and reply.active_version == 6, reply.message
+    finally:
+        peer.close()
+        node.stop()
+
+
+def test_operator_load_of_another_runs_v10_does_not_block_learner_bundles(harness, bundles):
+    """Another run's v0010, loaded and activated by the operator, then the learner's v2 and
+    v3 (its own lineage): both accepted and flown; the answers name the versions."""
+    H = harness
+    node = start_policy(harness, bundles, "/pt_lineage")
+    peer = H.Peer("/pt_lineage")
+    try:
+        H.OdomFeeder(peer)
+        operator = Operator(H, peer)
+        model_cls, model_pub = peer.publisher(
+            "vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model
+        )
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        peer.start()
+        node.wait_log("policy node ready")
+        other_run = H.make_bundle(10)
+        other_run.lineage = "another-run"
+        path = bundles["v1"].with_name("other_run_v0010.safetensors")
+        save_bundle(other_run, path)
+        loaded = operator.ask("load-10", operator.cls.ACTION_LOAD, path)
+        assert loaded.accepted and 10 in list(loaded.available_versions), loaded.message
+        assert operator.ask("act-10", operator.cls.ACTION_ACTIVATE, version=10).accepted
+        H.wait_for(lambda: commands and commands[-1][1].policy_version == 10, 10.0, "v10 flying")
+        for version in (2, 3):
+            bundle = H.make_bundle(version)
+            bundle.lineage = "this-run"
+            publish_learner_bundle(model_cls, model_pub, bundle_to_bytes(bundle), version)
+            reply = operator.wait_for(
+                lambda v=version: next(
+                    (m for _, m in operator.replies if m.request_id == f"model:{v}"), None
+                ),
+                30.0,
+                f"the answer to learner v{version}",
+            )
+            assert reply.accepted and reply.active_version == version, reply.message
+            H.wait_for(
+                lambda v=version: commands[-1][1].policy_version == v, 10.0, f"v{version} flying"
+            )
     finally:
         peer.close()
         node.stop()
