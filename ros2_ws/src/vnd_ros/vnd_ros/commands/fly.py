@@ -24,6 +24,7 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -170,6 +171,43 @@ class FlightOutcome:
     reason: str  # done | timeout | interrupted | stack failed
     exit_code: int  # 0 when done and the stack stopped cleanly
     failures: list[str] = field(default_factory=list)  # launcher failure lines
+    respawns: list[str] = field(default_factory=list)  # expected restarts (respawn: true)
+
+
+@dataclass(frozen=True)
+class StackHealth:
+    """The launcher's failure lines split into real failures and expected respawns."""
+
+    failures: list[str]  # crashes not followed by a respawn, budgets used up, unclean stops
+    respawns: list[str]  # one line per exit the launch file answers with a respawn
+
+
+def split_respawns(events: Sequence[Any], failures: Sequence[str]) -> StackHealth:
+    """Tell expected respawns from failures.
+
+    ``events`` are the launcher's ``LaunchEvent``s in order, ``failures`` its failure lines.
+    An exit of a ``respawn: true`` process that the launcher answered with a respawn is what
+    the launch file asks for (the learner restarts and reloads its replay store): it is
+    reported as a respawn, not a failure. Its exit stays a failure when respawning stopped
+    (``gave_up``: budget used up) — that line is among the failures already.
+    """
+    remaining = list(failures)
+    respawns = []
+    for index, event in enumerate(events):
+        if event.kind != "exit" or event.returncode == 0:
+            continue
+        answer = next((e for e in events[index + 1 :] if e.name == event.name), None)
+        if answer is None or answer.kind != "respawn":
+            continue
+        line = next((f for f in remaining if f.startswith(event.detail)), None)
+        if line is not None:
+            remaining.remove(line)
+        uptime = "" if event.uptime_s is None else f" after {event.uptime_s:.1f} s"
+        respawns.append(
+            f"'{event.name}' (pid {event.pid}) exited with code {event.returncode}{uptime} "
+            f"and was respawned (respawn: true): {answer.detail}"
+        )
+    return StackHealth(failures=remaining, respawns=respawns)
 
 
 def fly(options: FlightOptions) -> FlightOutcome:
@@ -236,11 +274,13 @@ def fly(options: FlightOptions) -> FlightOutcome:
         except BagError as err:  # e.g. Ctrl-C shut the middleware down under the recorder
             print(f"vnd fly: recording ended early: {err}", file=sys.stderr)
             counts = recorder.counts
-        code = service.shutdown()
+        service.shutdown()
         events.close()
-        outcome.failures = service.failures
+        health = split_respawns(service.events, service.failures)
+        outcome.failures, outcome.respawns = health.failures, health.respawns
+        code = 1 if health.failures else 0  # a respawn the launch file asks for is no failure
         if code != 0 and outcome.exit_code == 0:
-            outcome = FlightOutcome("stack failed", 1, service.failures)
+            outcome = FlightOutcome("stack failed", 1, health.failures, health.respawns)
         monitor.save_latency(out / LATENCY_FILE)
         monitor.cpu.save(out / HOST_CPU_FILE)
         if probe is not None:
@@ -254,9 +294,12 @@ def fly(options: FlightOptions) -> FlightOutcome:
             end_reason=outcome.reason,
             stack_exit_code=code,
             failures=outcome.failures,
+            respawns=outcome.respawns,
             messages_recorded=counts,
         )
         (out / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    for respawn in outcome.respawns:
+        print(f"[stack] expected respawn: {respawn}", file=sys.stderr)
     for failure in outcome.failures:
         print(f"[stack] {failure}", file=sys.stderr)
     return outcome
@@ -275,11 +318,14 @@ def prepare_config(target: Path, learn: bool) -> Path:
 
 
 def _launch_event(log: TextIO, level: str, text: str) -> None:
-    """Launcher events go to logs/launch.log; errors also to the terminal."""
+    """Launcher events go to logs/launch.log; errors and respawns also to the terminal (the
+    exit of a respawning process is reported as an error first, its respawn right after)."""
     log.write(f"{time.strftime('%H:%M:%S')} [{level}] {text}\n")
     log.flush()
     if level == "ERROR":
         print(f"\n[launch] {text}", file=sys.stderr, flush=True)
+    elif text.startswith("respawning "):
+        print(f"\n[launch] {text} (expected: respawn: true)", file=sys.stderr, flush=True)
 
 
 class FlightMonitor:
@@ -494,6 +540,7 @@ def write_report(run_dir: Path) -> str:
         "end_reason": meta["end_reason"],
         "stack_exit_code": meta["stack_exit_code"],
         "stack_failures": meta["failures"],
+        "stack_respawns": meta.get("respawns", []),  # runs recorded before it have none
         "latency_other": latency_extra,
         "host_cpu": _host_cpu(run_dir / HOST_CPU_FILE, tick_wall_s, latency_ms),
         "host_stalls": _host_stalls(run_dir / HOST_STALLS_FILE, run_dir / LATENCY_FILE),
