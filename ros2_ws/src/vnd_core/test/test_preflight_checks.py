@@ -25,6 +25,7 @@ from vnd_core.preflight import (
     check_commands,
     check_disk,
     check_learner,
+    check_node_warnings,
     check_odometry,
     check_status_reports,
     check_stream_jitter,
@@ -358,3 +359,17 @@ def test_table_and_json() -> None:
     assert doc["passed"] is False and doc["rows"][0]["verdict"] == "FAIL"
     ok = PreflightReport(rows[1:], "vnd1", 3.0)
     assert ok.passed and format_table(ok).endswith("preflight passed: 2 checks, vehicle 'vnd1'")
+
+
+def test_node_warnings_fail_naming_each_node_and_warning() -> None:
+    quiet = {
+        "encoder": NodeReport("/v/encoder", 3, False),
+        "policy": NodeReport("/v/policy", 3, False),
+    }
+    assert check_node_warnings(quiet).verdict == Verdict.PASS
+    warned = dict(quiet)
+    warned["policy"] = NodeReport(
+        "/v/policy", 3, False, warnings=("latent missing for 2.0 s: flying on z = 0",)
+    )
+    row = check_node_warnings(warned)
+    assert row.verdict == Verdict.FAIL and row.measured.startswith("policy: latent missing")

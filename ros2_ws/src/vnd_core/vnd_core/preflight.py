@@ -266,6 +266,7 @@ class NodeReport:
     mode: int = 0  # CtbrCommand MODE_* (policy), 0 for the others
     age_s: float = 0.0  # wall time since the report's stamp [s]
     rejections: int = 0  # bundles the node refused since start (counter bundle_rejections)
+    warnings: tuple[str, ...] = ()  # conditions the node says the operator must act on
 
 
 @dataclass(frozen=True)
@@ -311,6 +312,17 @@ def check_status_reports(
             ok &= fresh
             parts.append(f"{role}: {report.age_s:.1f} s old" + ("" if fresh else " (STALE)"))
     return _row(name, ok, ", ".join(parts), expected)
+
+
+def check_node_warnings(reports: Mapping[str, NodeReport]) -> CheckRow:
+    """PASS when no node reports a warning (latent missing, policy suspended, fallback, ...):
+    each is a condition the vehicle should not take off in."""
+    parts = [
+        f"{role}: {warning}"
+        for role, report in sorted(reports.items())
+        for warning in report.warnings
+    ]
+    return _row("node warnings", not parts, "; ".join(parts) or "none", "no node warns")
 
 
 def check_bundle_active(

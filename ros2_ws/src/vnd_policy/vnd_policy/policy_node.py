@@ -55,7 +55,7 @@ from vnd_core.flight.controller import (
 )
 from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_core.flight.realtime import request_realtime
-from vnd_core.flight.safety import SafetyConfig
+from vnd_core.flight.safety import EVENT_CRASH, Mode, ModeChange, SafetyConfig
 from vnd_core.flight.stats import (
     NS_PER_S,
     LatencyWindow,
@@ -86,6 +86,9 @@ ODOM_OUT_OF_ORDER = "odom_out_of_order_dropped"
 WATCHDOG_TICK = "watchdog_ticks"
 BUNDLE_REJECTED = "bundle_rejections"
 CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
+# A latent problem this long is reported: shorter ones are the encoder and the policy
+# activating a new bundle a few ticks apart.
+LATENT_WARN_NS = 500_000_000
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,8 @@ class PolicyNode(Node):
         self.watchdog_due_ns: int | None = None  # monotonic time the watchdog ticks at
         self.status_period_ns = round(self.cfg.status_period_s * NS_PER_S)
         self.last_status_ns: int | None = None  # clock time of the last vnd/node_status
+        self.mode_reason = ""  # why the controller is in its mode (the last change's reason)
+        self.latent_problem_since_ns: int | None = None  # flying on z = 0 since (clock ns)
         self._wire()
         self.get_logger().info(f"policy node ready: {self.bundles.describe()}")
 
@@ -314,6 +319,9 @@ class PolicyNode(Node):
         )
         self.command_pub.publish(self.command(record, odom_stamp_ns))
         published_ns = self.get_clock().now().nanoseconds
+        self._note_latent(now_ns)
+        for change in self.controller.safety.pop_mode_changes():
+            self.log_mode_change(change)
         if fresh:
             self.latency.add_ns(published_ns - odom_stamp_ns)
         self.tick_count += 1
@@ -381,6 +389,47 @@ class PolicyNode(Node):
         return msg
 
     # ------------------------------------------------------------------ reports
+    def log_mode_change(self, change: ModeChange) -> None:
+        """Log one mode change with its reason (a warning unless it hands control back)."""
+        self.mode_reason = change.reason
+        text = f"mode {change.previous.name.lower()} -> {change.mode.name.lower()}: {change.reason}"
+        if change.mode in (Mode.POLICY, Mode.IDLE):
+            self.get_logger().info(text)
+        else:
+            self.get_logger().warning(text)
+
+    def _note_latent(self, now_ns: int) -> None:
+        """Track how long the policy has flown on z = 0 for lack of a usable latent."""
+        problem = self.controller.latent_problem
+        if problem is None:
+            self.latent_problem_since_ns = None
+        elif self.latent_problem_since_ns is None:
+            self.latent_problem_since_ns = now_ns
+
+    def warnings(self, now_ns: int) -> list[str]:
+        """Conditions the operator must act on now, one line each (vnd/node_status)."""
+        out = []
+        since = self.latent_problem_since_ns
+        problem = self.controller.latent_problem
+        if problem is not None and since is not None and now_ns - since >= LATENT_WARN_NS:
+            age_s = (now_ns - since) / NS_PER_S
+            out.append(
+                f"{problem.replace('_', ' ')} for {age_s:.1f} s: flying on z = 0 "
+                "(is the encoder running and on the same bundle?)"
+            )
+        suspended = self.controller.safety.suspended
+        if suspended is not None:
+            out.append(
+                f"policy suspended after {suspended.reason} ({suspended.detail}): fallback "
+                "until another bundle is activated or the vehicle is re-armed"
+            )
+        mode = self.controller.mode
+        if mode in (Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND):
+            out.append(f"{mode.name.lower()}: {self.mode_reason}")
+        elif mode == Mode.DISARMED and self.mode_reason.startswith(EVENT_CRASH):
+            out.append(f"disarmed: {self.mode_reason}")
+        return out
+
     def publish_reply(self, reply: CheckpointReply) -> None:
         """Answer on vnd/checkpoint/status (and log what changed or was refused)."""
         status = self.CheckpointStatus(**reply.fields())
@@ -417,6 +466,7 @@ class PolicyNode(Node):
             ticks=self.ticks.ticks,
             missed_ticks=self.ticks.missed_ticks,
             counters_json=json.dumps(counters, sort_keys=True),
+            warnings=self.warnings(now_ns),
         )
         set_stamp(status.header.stamp, now_ns)
         self.status_pub.publish(status)

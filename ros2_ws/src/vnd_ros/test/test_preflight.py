@@ -162,7 +162,7 @@ def test_healthy_stack_passes(outcomes) -> None:
     result = outcomes["pf_ok"]
     assert result.returncode == 0, result.stdout + result.stderr
     assert set(result.verdicts().values()) == {"PASS"}
-    assert result.stdout.splitlines()[-1].startswith("preflight passed: 10 checks")
+    assert result.stdout.splitlines()[-1].startswith("preflight passed: 11 checks")
     assert "100.0 Hz" in result.row("mocap rate")
     assert "mode policy" in result.row("policy commands")
     assert "LIST: active v3" in result.row("bundle active")
@@ -188,7 +188,7 @@ def test_faults_fail_only_their_rows(outcomes) -> None:
     result = outcomes["pf_faults"]
     assert result.returncode == 1
     assert result.failed_rows() == FAULT_ROWS, result.stdout
-    assert result.stdout.splitlines()[-1].startswith("preflight FAILED: 4 of 10 checks")
+    assert result.stdout.splitlines()[-1].startswith("preflight FAILED: 4 of 11 checks")
 
 
 def test_slow_mocap_fails_with_the_measured_rate(outcomes) -> None:

@@ -59,7 +59,7 @@ class FaultFlight:
     fault: str = "stop"  # one of FAULTS
     seed: int = 0  # seed of the plant's noise
     warmup_s: float = 5.0  # flight before the fault (figure8: the next peak-speed instant after)
-    watch_s: float = 12.0  # flight watched after the fault
+    watch_s: float = 9.0  # flight watched after the fault
     response: str = "stack"  # stack | level_hover (ideal cut, the comparison)
     safety: SafetyConfig = field(default_factory=SafetyConfig)  # the policy node's filter
 

@@ -60,6 +60,8 @@ class BlindConfig:
             raise ValueError(
                 f"disturbance_time_constant_s must be > 0, got {self.disturbance_time_constant_s}"
             )
+        if self.history_s <= RATE_SETTLE_S:
+            raise ValueError(f"history_s must exceed {RATE_SETTLE_S} s, got {self.history_s}")
 
 
 class CommandHistory:

@@ -30,7 +30,7 @@ good. On that prediction the fallback first levels the vehicle and brakes it (ti
 ``blind_max_tilt_rad``, rates within ``blind_max_rate_radps``, the disturbance cancelled)
 while holding height for ``blind_level_s``, then descends at ``blind_descent_mps``. There is no
 position hold without position. It disarms ``blind_land_margin_s`` after the predicted height
-reaches the floor. When odometry comes back, the normal hold or landing resumes from the
+reaches the floor, in hold as in landing (blind, holding is descending). When odometry comes back, the normal hold or landing resumes from the
 measured state.
 """
 
@@ -535,7 +535,7 @@ class SafetyFilter:
         cancel = -np.asarray(self.blind.disturbance.accel_mps2(predicted[VEL]))
         velocity = np.array([0.0, 0.0, climb_mps])
         setpoint = Setpoint(predicted[POS], velocity, self._blind_yaw_rad, cancel)
-        if self.mode == Mode.FALLBACK_LAND and predicted[2] <= c.floor_z_m:
+        if predicted[2] <= c.floor_z_m:  # blind hold or landing: there is no going back up
             if self._blind_floor_since_ns is None:
                 self._blind_floor_since_ns = now_ns
             if now_ns - self._blind_floor_since_ns >= c.blind_land_margin_s * NS_PER_S:

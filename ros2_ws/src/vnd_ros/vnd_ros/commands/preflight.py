@@ -8,6 +8,7 @@ Checks (vnd_core.preflight holds the logic and the default thresholds):
     clock offset              receive wall time - mocap stamp (median)
     odometry sanity           finite, unit quaternion, plausible speed and body rate (odom)
     node status               encoder and policy report on vnd/node_status, recently
+    node warnings             no node warns (latent missing, policy suspended, fallback, ...)
     bundle active             both fly a bundle; a CheckpointCommand LIST answer agrees
     bundle versions           same version, same pin state, not behind the learner's latest
     policy commands           vnd/command at rate, finite, in an accepted mode
@@ -45,6 +46,7 @@ from vnd_core.preflight import (
     check_commands,
     check_disk,
     check_learner,
+    check_node_warnings,
     check_odometry,
     check_status_reports,
     check_stream_jitter,
@@ -275,6 +277,7 @@ def node_reports(nodes: dict[str, NodeHealth], now_ns: int) -> dict[str, NodeRep
             mode=h.mode,
             age_s=(now_ns - h.stamp_ns) / 1e9,
             rejections=int(h.counters.get("bundle_rejections", 0) or 0),
+            warnings=h.warnings,
         )
         for h in nodes.values()
     ]
@@ -323,6 +326,7 @@ def evaluate(
         check_clock_offset(mocap_label, data.mocap_stamps_ns, data.mocap_receive_ns, thresholds),
         check_odometry(odom_label, states, thresholds),
         check_status_reports(reports, thresholds),
+        check_node_warnings(reports),
         check_bundle_active(reports, answers),
         check_bundle_versions(
             reports, None if learner is None or args.no_learner else learner.latest_version
