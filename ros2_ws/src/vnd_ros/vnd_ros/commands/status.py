@@ -169,7 +169,9 @@ class StatusMemory:
             return
         try:
             for entry in data.get("nodes", []):
-                health = NodeHealth(**entry["report"])
+                report = dict(entry["report"])
+                report["warnings"] = tuple(report.get("warnings", ()))
+                health = NodeHealth(**report)
                 self._nodes[health.node] = (health, int(entry["report_ns"]))
             if data.get("learner"):
                 entry = data["learner"]
@@ -224,6 +226,7 @@ def format_table(snapshot: StatusView, now_ns: int) -> str:
             f"{h.latency_p99_ms:>7.2f} {h.ticks:>8d} {h.missed_ticks:>6d}  "
             f"{format_counters(h.counters)}{stale}"
         )
+        lines.extend(f"{'':<18} ! {warning}" for warning in h.warnings)
     learner = snapshot.learner
     if learner is None:
         lines.append("learner: no status")
