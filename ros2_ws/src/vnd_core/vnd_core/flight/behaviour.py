@@ -30,7 +30,7 @@ The tilt and body-rate limits are the safety filter's (``max_tilt_rad`` and
 axis, roll/pitch rate magnitude; see :meth:`BehaviourCheckConfig.for_flight`): a bundle that
 would trip the filter's envelope from these mild starts never becomes active.
 The rollouts run on the bundle loader thread (policy node) and in the learner's gates; cost:
-see :func:`behaviour_check` (a few tens of ms per bundle with torch on one thread).
+see :func:`behaviour_check` (0.1-0.3 s of CPU per bundle with torch on one thread).
 """
 
 from __future__ import annotations
@@ -308,9 +308,9 @@ def behaviour_check(bundle: Bundle, config: BehaviourCheckConfig) -> BehaviourRe
     """Fly the envelope rollouts (:func:`fly_envelope`); BundleError naming the first (earliest)
     violation, with how many of the rollouts violated it. Returns the report otherwise.
 
-    Measured cost with torch on one thread (``benchmarks``-free: ``test_behaviour.py`` prints
-    it): about 25 ms for the shipped bundle (6 rollouts x 100 ticks), about 50 ms with a learned
-    model (12 rollouts), on the 2-core development machine.
+    Measured cost with torch on one thread on the shared 2-core development machine
+    (``test_behaviour.py`` prints it): 70-120 ms of CPU for the shipped bundle (6 rollouts x
+    100 ticks), 230-270 ms with a full-size learned model (12 rollouts).
     """
     if not config.enabled:
         return BehaviourReport(0, 0, 0.0, 0.0, 0.0, "")
