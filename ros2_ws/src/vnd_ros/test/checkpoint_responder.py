@@ -4,11 +4,12 @@
                                    [--answer-delay-s S] [--version N]
 
 Answers every ``vnd_msgs/CheckpointCommand`` addressed to it (empty target_node, its name or
-its fully qualified name) with a ``CheckpointStatus`` after ``--answer-delay-s``, the way the
-encoder and policy nodes do. ``--join-delay-s`` keeps the participant on the domain without
-any node or endpoint for that long before creating them: what a slowly discovered node looks
-like to a client (its participant is known, its endpoints are not yet). Prints 'PARTICIPANT'
-once its participant exists and 'READY' once its node's entities exist.
+its fully qualified name) with a ``CheckpointStatus`` after ``--answer-delay-s``, and reports
+``vnd/node_status`` once running, the way the encoder and policy nodes do. ``--join-delay-s``
+keeps the participant on the domain without any node or endpoint for that long before
+creating them: what a slowly discovered node looks like to a client (its participant is
+known, its endpoints are not yet). Prints 'PARTICIPANT' once its participant exists and
+'READY' once its node's entities exist.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 import time
 
 from vnd_ros.messages import get_message
-from vnd_ros.qos import QoSProfile, qos_profile_default
+from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
 from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
 
 NS_PER_S = 1_000_000_000
@@ -42,7 +43,17 @@ class Responder(Node):
             self.on_command,
             qos_profile_default,
         )
+        self.NodeStatus = get_message("vnd_msgs/msg/NodeStatus")
+        self.status = self.create_publisher(self.NodeStatus, "vnd/node_status", qos_profile_status)
         self.create_timer(0.02, self.flush)
+        self.create_timer(1.0, self.report)
+        self.reported = False
+
+    def report(self) -> None:
+        """vnd/node_status, first sent from the spinning thread (constructor finished)."""
+        msg = self.NodeStatus(node=self.get_fully_qualified_name(), active_version=self.version)
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(time.time_ns(), NS_PER_S)
+        self.status.publish(msg)
 
     def on_command(self, msg) -> None:
         target = str(msg.target_node)
@@ -52,6 +63,9 @@ class Responder(Node):
         self.pending.append((time.monotonic() + self.answer_delay_s, str(msg.request_id)))
 
     def flush(self) -> None:
+        if not self.reported:
+            self.reported = True
+            self.report()
         now = time.monotonic()
         due = [item for item in self.pending if item[0] <= now]
         self.pending = [item for item in self.pending if item[0] > now]

@@ -83,12 +83,12 @@ def vnd(*args: str) -> subprocess.CompletedProcess:
 
 def test_a_node_discovered_late_is_waited_for_not_missed(namespace, responders):
     """The policy's participant is on the domain but announces its node and endpoints only
-    2 s later: a fixed settle time after the encoder matched would report success with one
+    3 s later: a fixed settle time after the encoder matched would report success with one
     answer; the graph says a participant is still unannounced, so the client waits."""
     encoder = Responder(namespace, "encoder")
     responders.append(encoder)
     encoder.wait_line("READY")
-    policy = Responder(namespace, "policy", "--join-delay-s", "2.0")
+    policy = Responder(namespace, "policy", "--join-delay-s", "3.0")
     responders.append(policy)
     policy.wait_line("PARTICIPANT")
     result = vnd("checkpoint", "list", "--vehicle", namespace, "--timeout", "30")

@@ -3,11 +3,17 @@
 Requests and answers are topics (DESIGN.md section 2: services do not cross DDS vendors):
 :meth:`StackClient.checkpoint` publishes a ``vnd_msgs/CheckpointCommand`` with a fresh request
 id on ``/<ns>/vnd/checkpoint/command`` and collects the ``vnd_msgs/CheckpointStatus`` answers
-carrying that id. Which nodes must answer is read from the graph, not guessed from a settle
-time: the nodes of the namespace that read the command topic (the model holders: encoder,
-policy), once discovery is complete (every reader those nodes announce is discovered and
-every participant announced its nodes), or the one node a request names. Every expected node
-that did not answer within the timeout is named in ``CheckpointResult.missing``.
+carrying that id. Which nodes must answer is read from the graph, not from a fixed wait after
+the first match: the nodes of the namespace that read the command topic (the model holders:
+encoder, policy), once the view is complete, or the one node a request names. Complete means:
+no new participant for ``PARTICIPANTS_QUIET_S``; every participant that writes
+``ros_discovery_info`` announced its nodes; every reader those nodes announce is discovered;
+and every node of the namespace reported ``vnd/node_status`` or announces readers and stopped
+creating entities (a node announces itself before its entities, so one still in its
+constructor is not taken for one that reads nothing). What stays incomplete is waited for at
+most ``STARTING_GRACE_S`` (and half the timeout); nodes still incomplete then are listed in
+``CheckpointResult.starting``. Every expected node that did not answer within the timeout is
+named in ``CheckpointResult.missing``.
 
 :meth:`StackClient.snapshot` reads ``vnd/node_status`` (every node, latest sample per writer:
 transient local) and ``vnd/learner/status``.
@@ -35,9 +41,18 @@ from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
 
 SPIN_STEP_S = 0.02  # longest executor wait: keeps deadlines and Ctrl-C prompt
 CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
-# Longest wait for a participant that never announces ROS nodes (a plain DDS application):
-# past it, the nodes that did announce themselves decide who must answer.
-UNANNOUNCED_PARTICIPANT_GRACE_S = 3.0
+# Longest wait for a participant that has not announced its ROS nodes yet and for a node of
+# the namespace that still looks under construction; at most half the request's timeout, so
+# the answers keep the other half. Past it, the nodes that are ready decide who must answer.
+STARTING_GRACE_S = 3.0
+# A node counts as constructed once it reported vnd/node_status (stack nodes do, from their
+# first timer tick), or once it announces readers and its entity list stayed unchanged this
+# long: a node announces itself before creating its entities, one by one.
+ENTITIES_QUIET_S = 0.3
+# A participant the client has not heard from yet is invisible: the view counts as complete
+# only once no new participant appeared for this long (on loopback every existing
+# participant answers a new one's announcement within milliseconds).
+PARTICIPANTS_QUIET_S = 0.3
 # Controller modes (vnd_msgs/CtbrCommand MODE_*), for printing.
 NS_PER_S = 1_000_000_000
 MODE_NAMES = {0: "idle", 1: "policy", 2: "hold", 3: "land", 4: "disarmed"}
@@ -103,6 +118,7 @@ class CheckpointResult:
     expected_nodes: tuple[str, ...]  # fully qualified names of the nodes that must answer
     replies: list[CheckpointReply] = field(default_factory=list)  # sorted by node name
     not_found: tuple[str, ...] = ()  # expected nodes never seen reading the command topic
+    starting: tuple[str, ...] = ()  # namespace nodes without a status report: not asked
 
     @property
     def expected(self) -> int:
@@ -142,6 +158,7 @@ class NodeHealth:
     missed_ticks: int  # late iterations since start
     counters: dict[str, Any]  # fault and event counters by name
     stamp_ns: int  # time of the report [ns]
+    warnings: tuple[str, ...] = ()  # conditions the operator must act on now
 
     @classmethod
     def from_msg(cls, msg: Any) -> NodeHealth:
@@ -163,6 +180,7 @@ class NodeHealth:
             missed_ticks=int(msg.missed_ticks),
             counters=counters if isinstance(counters, dict) else {"counters": counters},
             stamp_ns=stamp_ns(msg.header.stamp),
+            warnings=tuple(str(w) for w in getattr(msg, "warnings", ())),
         )
 
 
@@ -313,7 +331,7 @@ class StackClient:
         publisher = self.node.create_publisher(
             command_cls, self.topic("vnd/checkpoint/command"), qos_profile_default
         )
-        expected, found = self._wait_for_responders(publisher, target_node, deadline)
+        expected, found, starting = self._wait_for_responders(publisher, target_node, deadline)
         command = command_cls(
             request_id=request_id,
             action=int(action),
@@ -324,7 +342,9 @@ class StackClient:
         set_stamp(command.header.stamp, self.node.get_clock().now().nanoseconds)
         if found:
             publisher.publish(command)
-        result = CheckpointResult(request_id, expected, not_found=expected if not found else ())
+        result = CheckpointResult(
+            request_id, expected, not_found=expected if not found else (), starting=starting
+        )
 
         def answered() -> bool:
             return all(node in replies for node in expected)
@@ -342,25 +362,64 @@ class StackClient:
 
     def _wait_for_responders(
         self, publisher: Any, target_node: str, deadline: float
-    ) -> tuple[tuple[str, ...], bool]:
-        """The nodes that must answer, and whether they were all found reading the command
-        topic (with the publisher matched to each) before the deadline.
+    ) -> tuple[tuple[str, ...], bool, tuple[str, ...]]:
+        """The nodes that must answer; whether they were all found reading the command topic
+        (with the publisher matched to each) before the deadline; and the namespace's nodes
+        that were still starting when the grace ran out (not asked).
 
-        Untargeted: the namespace's readers of the command topic once discovery is complete.
+        Untargeted: the namespace's readers of the command topic once the view is complete.
         Targeted: that node. Raises ClientError when no node at all reads the command topic.
         """
         command_topic = self.topic("vnd/checkpoint/command")
         namespace = namespaced(self.vehicle, "").rstrip("/") or "/"
+        reported: set[str] = set()  # nodes whose vnd/node_status arrived
+
+        def on_status(msg: Any) -> None:
+            reported.add(str(msg.node))
+
+        status_sub = self.node.create_subscription(
+            messages.get_message("vnd_msgs/msg/NodeStatus"),
+            self.topic("vnd/node_status"),
+            on_status,
+            QoSProfile(qos_profile_status.reliability, qos_profile_status.durability, depth=50),
+        )
         search = _ReaderSearch(self.node, command_topic, namespace)
         started = time.monotonic()
+        grace_s = min(STARTING_GRACE_S, (deadline - started) / 2.0)
         readers: set[str] = set()
+        starting: set[str] = set()
+        matched = False
+        participants: frozenset[bytes] = frozenset()
+        participants_changed = started
+        entities: dict[str, Any] = {}
+        entities_changed: dict[str, float] = {}
         try:
             while True:
-                readers, endpoints_known, announced = search.poll()
-                now = time.monotonic()
-                announced = announced or now - started >= UNANNOUNCED_PARTICIPANT_GRACE_S
-                complete = endpoints_known and announced
+                view = search.poll()
+                readers, now = view.readers, time.monotonic()
+                if view.participants - participants:
+                    participants_changed = now
+                participants = view.participants
+                for name, announced in view.entities.items():
+                    if entities.get(name) != announced:
+                        entities[name], entities_changed[name] = announced, now
                 matched = publisher.get_subscription_count() >= len(readers) > 0
+                starting = {
+                    name
+                    for name in view.nodes
+                    if name not in reported
+                    and not (
+                        view.entities.get(name, ((), ()))[0]
+                        and now - entities_changed.get(name, now) >= ENTITIES_QUIET_S
+                    )
+                }
+                patient = now - started < grace_s
+                quiet = now - participants_changed >= PARTICIPANTS_QUIET_S
+                complete = (
+                    view.endpoints_known
+                    and quiet
+                    and not (patient and (starting or not view.all_announced))
+                )
                 if target_node:
                     done = self.expected_name(target_node) in readers and matched
                 else:
@@ -369,15 +428,17 @@ class StackClient:
                     break
         finally:
             search.close()
+            self.node.destroy_subscription(status_sub)
+        not_asked = tuple(sorted(starting - readers))
         if target_node:
             name = self.expected_name(target_node)
-            return (name,), name in readers and matched
+            return (name,), name in readers and matched, ()
         if not readers:
             raise ClientError(
                 f"no node listens on {command_topic} "
                 f"(is the stack of vehicle '{self.vehicle}' running?)"
             )
-        return tuple(sorted(readers)), True
+        return tuple(sorted(readers)), True, not_asked
 
     # ------------------------------------------------------------------ status
     def watch_status(self) -> StackSnapshot:
@@ -428,33 +489,51 @@ class _ReaderSearch:
 
             self._view = GraphView(node.context.participant)
 
-    def poll(self) -> tuple[set[str], bool, bool]:
-        """Fully qualified names of the reading nodes; whether the endpoints of the
-        namespace's nodes are all discovered; whether every participant announced its nodes
-        (see ``GraphView.readers_of``)."""
+    def poll(self) -> Any:
+        """The namespace's readers of the topic (a ``vnd_ros.graph.NamespaceReaders``)."""
         if self._view is not None:
             return self._view.readers_of(self._topic, self._namespace)
         return self._rclpy_poll()
 
-    def _rclpy_poll(self) -> tuple[set[str], bool, bool]:
+    def _rclpy_poll(self) -> Any:
+        from vnd_ros.graph import NamespaceReaders
+
         # rclpy's graph cache maps endpoints to nodes through ros_discovery_info, as GraphView
-        # does; a node of the namespace with no reader known yet is taken as not discovered
-        # (every rclpy node reads its parameter services, so it has readers).
+        # does, and lists only nodes whose announcement arrived. A node of the namespace with
+        # no reader known yet is taken as not discovered (every rclpy node reads its parameter
+        # services, so it has readers).
         infos = self._node.get_subscriptions_info_by_topic(self._topic)
         readers = {
             namespaced(info.node_namespace, info.node_name)
             for info in infos
             if info.node_namespace == self._namespace
         }
-        complete = True
+        nodes: set[str] = set()
+        entities: dict[str, Any] = {}
+        known = True
         for name, namespace in self._node.get_node_names_and_namespaces():
             if namespace != self._namespace:
                 continue
+            fqn = namespaced(namespace, name)
+            nodes.add(fqn)
             try:
-                complete &= bool(self._node.get_subscriber_names_and_types_by_node(name, namespace))
+                subs = self._node.get_subscriber_names_and_types_by_node(name, namespace)
+                pubs = self._node.get_publisher_names_and_types_by_node(name, namespace)
             except Exception:  # the node left between the two calls
                 continue
-        return readers, complete, True  # rclpy lists only nodes whose announcement arrived
+            known &= bool(subs)
+            entities[fqn] = (
+                tuple(topic.encode() for topic, _ in sorted(subs)),
+                tuple(topic.encode() for topic, _ in sorted(pubs)),
+            )
+        return NamespaceReaders(
+            readers=readers,
+            nodes=nodes,
+            endpoints_known=known,
+            all_announced=True,
+            participants=frozenset(name.encode() for name in nodes),
+            entities=entities,
+        )
 
     def close(self) -> None:
         """Drop the graph view's built-in readers."""

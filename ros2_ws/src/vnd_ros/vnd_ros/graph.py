@@ -28,7 +28,7 @@ from cyclonedds.qos import Policy, Qos
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
-from vnd_ros.names import ros_topic_name, ros_type_name
+from vnd_ros.names import dds_topic_name, ros_topic_name, ros_type_name
 
 DISCOVERY_TOPIC = "ros_discovery_info"
 DISCOVERY_TYPE = "rmw_dds_common/msg/ParticipantEntitiesInfo"
@@ -121,6 +121,19 @@ class TopicInfo:
     subscriber_count: int = 0
 
 
+@dataclass(frozen=True)
+class NamespaceReaders:
+    """The readers of one topic among the nodes of one namespace, as the graph shows them."""
+
+    readers: set[str]  # fully qualified names of the nodes reading the topic
+    nodes: set[str]  # fully qualified names of every node of the namespace
+    endpoints_known: bool  # every reader those nodes announce is discovered
+    all_announced: bool  # no participant that may still announce ROS nodes is waiting
+    participants: frozenset[bytes] = frozenset()  # GUIDs of the live participants seen
+    # node -> (reader GIDs, writer GIDs) it announces: a change means it is creating entities
+    entities: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
+
+
 class GraphView:
     """Nodes and topics of the ROS graph as seen from ``participant``.
 
@@ -176,27 +189,28 @@ class GraphView:
         return sorted(nodes, key=lambda n: n.fully_qualified_name)
 
     def reader_topics(self) -> dict[bytes, str]:
-        """16-byte GUID -> ROS topic name of every reader alive on the domain."""
-        readers: dict[bytes, str] = {}
-        for endpoint in self._read_alive(self._subscriptions):
-            name = ros_topic_name(endpoint.topic_name)
-            if name is not None:
-                readers[endpoint.key.bytes] = name
-        return readers
+        """16-byte GUID -> DDS topic name of every reader alive on the domain ('rt/x' for
+        ROS topics; services and DDS-only topics keep their own names)."""
+        return {e.key.bytes: e.topic_name for e in self._read_alive(self._subscriptions)}
 
-    def readers_of(self, topic: str, namespace: str) -> tuple[set[str], bool, bool]:
-        """Nodes of ``namespace`` ('/vnd1') holding a reader of ROS ``topic`` (fully qualified
-        names); whether every reader those nodes announce is discovered; and whether every
-        live participant announced its nodes. With both True the set is complete."""
+    def readers_of(self, topic: str, namespace: str) -> NamespaceReaders:
+        """Which nodes of ``namespace`` ('/vnd1') read ROS ``topic``, and how complete the
+        view is (see :class:`NamespaceReaders`)."""
         nodes = [node for node in self.nodes() if node.namespace == namespace]
         readers = self.reader_topics()
-        found = {
-            node.fully_qualified_name
-            for node in nodes
-            if any(readers.get(gid) == topic for gid in node.reader_gids)
-        }
-        endpoints_known = all(gid in readers for node in nodes for gid in node.reader_gids)
-        return found, endpoints_known, not self.unannounced_participants()
+        dds_topic = dds_topic_name(topic)
+        return NamespaceReaders(
+            readers={
+                node.fully_qualified_name
+                for node in nodes
+                if any(readers.get(gid) == dds_topic for gid in node.reader_gids)
+            },
+            nodes={node.fully_qualified_name for node in nodes},
+            endpoints_known=all(gid in readers for node in nodes for gid in node.reader_gids),
+            all_announced=not self.unannounced_participants(),
+            participants=frozenset(self.participants()),
+            entities={n.fully_qualified_name: (n.reader_gids, n.writer_gids) for n in nodes},
+        )
 
     def unannounced_participants(self) -> set[bytes]:
         """Live participants that may still announce ROS nodes: they write

@@ -126,6 +126,8 @@ def format_result(result: CheckpointResult) -> str:
             f"{reply.node}: {verdict}: {reply.message} "
             f"[active {reply.active_version}, available {held}{pin}]"
         )
+    for node in result.starting:
+        lines.append(f"{node}: not asked: no status and no readers yet (still starting?)")
     for node in result.missing:
         why = "not found reading the command topic" if node in result.not_found else "no answer"
         lines.append(f"{node}: DID NOT ANSWER ({why}) to request {result.request_id}")
