@@ -174,40 +174,24 @@ class FlightOutcome:
     respawns: list[str] = field(default_factory=list)  # expected restarts (respawn: true)
 
 
-@dataclass(frozen=True)
-class StackHealth:
-    """The launcher's failure lines split into real failures and expected respawns."""
-
-    failures: list[str]  # crashes not followed by a respawn, budgets used up, unclean stops
-    respawns: list[str]  # one line per exit the launch file answers with a respawn
-
-
-def split_respawns(events: Sequence[Any], failures: Sequence[str]) -> StackHealth:
-    """Tell expected respawns from failures.
-
-    ``events`` are the launcher's ``LaunchEvent``s in order, ``failures`` its failure lines.
-    An exit of a ``respawn: true`` process that the launcher answered with a respawn is what
-    the launch file asks for (the learner restarts and reloads its replay store): it is
-    reported as a respawn, not a failure. Its exit stays a failure when respawning stopped
-    (``gave_up``: budget used up) — that line is among the failures already.
-    """
-    remaining = list(failures)
-    respawns = []
+def respawn_lines(events: Sequence[Any]) -> list[str]:
+    """One line per exit that the launcher answered with a respawn (``respawn: true`` within
+    its budgets): what the launch file asks for, e.g. the learner restarting and reloading its
+    replay store. ``events`` are the launcher's ``LaunchEvent``s in order; the matching
+    failure lines are what ``LaunchService.unexpected_failures`` leaves out."""
+    lines = []
     for index, event in enumerate(events):
         if event.kind != "exit" or event.returncode == 0:
             continue
         answer = next((e for e in events[index + 1 :] if e.name == event.name), None)
         if answer is None or answer.kind != "respawn":
             continue
-        line = next((f for f in remaining if f.startswith(event.detail)), None)
-        if line is not None:
-            remaining.remove(line)
         uptime = "" if event.uptime_s is None else f" after {event.uptime_s:.1f} s"
-        respawns.append(
+        lines.append(
             f"'{event.name}' (pid {event.pid}) exited with code {event.returncode}{uptime} "
             f"and was respawned (respawn: true): {answer.detail}"
         )
-    return StackHealth(failures=remaining, respawns=respawns)
+    return lines
 
 
 def fly(options: FlightOptions) -> FlightOutcome:
@@ -276,11 +260,12 @@ def fly(options: FlightOptions) -> FlightOutcome:
             counts = recorder.counts
         service.shutdown()
         events.close()
-        health = split_respawns(service.events, service.failures)
-        outcome.failures, outcome.respawns = health.failures, health.respawns
-        code = 1 if health.failures else 0  # a respawn the launch file asks for is no failure
+        # a crash the launch file answers with a respawn is no failure of the stack
+        outcome.failures = service.unexpected_failures
+        outcome.respawns = respawn_lines(service.events)
+        code = 1 if outcome.failures else 0
         if code != 0 and outcome.exit_code == 0:
-            outcome = FlightOutcome("stack failed", 1, health.failures, health.respawns)
+            outcome = FlightOutcome("stack failed", 1, outcome.failures, outcome.respawns)
         monitor.save_latency(out / LATENCY_FILE)
         monitor.cpu.save(out / HOST_CPU_FILE)
         if probe is not None:
