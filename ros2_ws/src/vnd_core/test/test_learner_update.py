@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
+from vnd_core.bundle import Bundle, bundle_to_bytes, content_id, load_bundle
 from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
@@ -325,6 +325,21 @@ def test_first_update_creates_the_model_and_emits_the_next_version():
     reloaded = load_bundle(bundle_to_bytes(bundle))  # summary is strict JSON, weights finite
     assert reloaded.summary["data"]["segments"] == 2
     assert reloaded.model is not None
+
+
+def test_emitted_bundles_name_their_parent_by_hash_and_keep_the_lineage():
+    base = base_bundle()
+    learner = ContinualLearner(VEHICLE, TINY, base)
+    learner.ingest(windy_records())
+    first = learner.update().bundle
+    second = learner.update().bundle
+    assert first.parent_sha256 == content_id(base) and len(first.lineage) == 32
+    assert second.parent_sha256 == content_id(first) and second.lineage == first.lineage
+    reloaded = load_bundle(bundle_to_bytes(second))
+    assert (reloaded.parent_sha256, reloaded.lineage) == (second.parent_sha256, second.lineage)
+    # a learner resuming from its own bundle continues the lineage; one from a base starts anew
+    assert ContinualLearner(VEHICLE, TINY, reloaded).lineage == first.lineage
+    assert ContinualLearner(VEHICLE, TINY, base_bundle()).lineage != first.lineage
 
 
 def test_learner_rejects_a_policy_that_produces_nan():
