@@ -298,7 +298,7 @@ def test_rearm_after_a_fallback_landing_and_the_kill_switch(harness, bundles):
 
         # resting on the floor: armed, IDLE -> POLICY on the next good tick
         feeder.state = H.hover_state(0.0)
-        H.wait_for(lambda: replay[-1][1].state[2] == 0.0, 5.0, "odometry on the floor")
+        H.wait_for(lambda: abs(replay[-1][1].state[2]) < 1e-3, 5.0, "odometry on the floor")
         armed = operator.ask("arm", ARM)
         assert armed.accepted and armed.message.startswith("armed: mode disarmed -> idle")
         H.wait_for(lambda: commands[-1][1].mode == Mode.POLICY, 5.0, "the policy flying again")
@@ -342,9 +342,11 @@ def test_a_bundle_that_flies_badly_is_refused_while_the_active_one_keeps_flying(
             "vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model
         )
         commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        status = peer.record("vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status)
         peer.start()
         node.wait_log("policy node ready")
-        H.wait_for(lambda: len(commands) >= 10, 20.0, "commands")
+        H.wait_for(lambda: len(commands) >= 10 and status, 20.0, "commands")
+        missed_before = status[-1][1].missed_ticks
         publish_learner_bundle(model_cls, model_pub, scaled_first_layer_bundle(H, 5), 5)
         refused = operator.wait_for(
             lambda: next((m for _, m in operator.replies if m.request_id == "model:5"), None),
@@ -361,6 +363,11 @@ def test_a_bundle_that_flies_badly_is_refused_while_the_active_one_keeps_flying(
         time.sleep(0.5)
         after = [m for _, m in commands[mark:]]
         assert len(after) >= 15 and all(m.policy_version == 1 for m in after)  # v1 flies on
+        # the check ran on the loader thread: the control ticks kept their period (the same
+        # allowance for a shared machine's vCPU steal as the bad-bundle test above)
+        missed = status[-1][1].missed_ticks - missed_before
+        print(f"missed ticks while the behaviour check ran: {missed}")
+        assert missed <= 3
     finally:
         peer.close()
         node.stop()
