@@ -293,3 +293,29 @@ def test_fast_tick_key_matches_the_full_decoder(frame_id: str) -> None:
     assert key_of_cdr(data) == tick_key(deserialize(cls, data)) == expected
     with pytest.raises(ValueError, match="CDR"):
         key_of_cdr(b"\x00\x00" + data[2:])
+
+
+def test_registry_records_lineage_and_reads_an_index_written_before_it(tmp_path: Path) -> None:
+    import json
+
+    from vnd_core.bundle import Bundle, bundle_to_bytes
+    from vnd_core.policy import PolicyConfig, PolicyNet
+    from vnd_core.vehicle import load_vehicle
+
+    policy = PolicyNet(load_vehicle("agile"), PolicyConfig(hidden=(8,)))
+    payload = bundle_to_bytes(
+        Bundle(2, 1, policy, policy.vehicle, parent_sha256="ab" * 32, lineage="run-a")
+    )
+    registry = BundleRegistry(tmp_path)
+    registry.open()
+    entry = registry.add(payload, metrics={}, decided_wall_s=1.0)
+    assert (entry.parent_sha256, entry.lineage) == ("ab" * 32, "run-a")
+    # an index from before the lineage fields: the entries load, with empty lineage
+    index = tmp_path / "index.json"
+    document = json.loads(index.read_text())
+    for item in document["bundles"]:
+        del item["parent_sha256"], item["lineage"]
+    index.write_text(json.dumps(document))
+    reopened = BundleRegistry(tmp_path)
+    assert reopened.open() == []
+    assert [(e.version, e.lineage, e.parent_sha256) for e in reopened.entries] == [(2, "", "")]
