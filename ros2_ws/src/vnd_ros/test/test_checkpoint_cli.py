@@ -146,3 +146,19 @@ def test_inspect_offline(bundles, capsys):
     assert "check:           loads" in out
     assert vnd_main(["checkpoint", "inspect", str(bundles["truncated"])]) == 1
     assert "INVALID" in capsys.readouterr().out
+
+
+def test_inspect_runs_the_behaviour_check(tmp_path, capsys):
+    """A well-formed bundle that flies badly (first layer x1e6) loads, so inspect exits 0, but
+    it says the policy node would refuse it and names the figure."""
+    vehicle = load_vehicle("agile")
+    policy = load_bundle(shipped_bundle_path()).policy
+    with torch.no_grad():
+        policy.net[0].weight.mul_(1e6)
+    path = tmp_path / "scaled.safetensors"
+    path.write_bytes(bundle_to_bytes(Bundle(3, 2, policy, vehicle, lineage="run-a")))
+    assert vnd_main(["checkpoint", "inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "lineage:         run-a" in out
+    assert "behaviour:       FAILS, a policy node refuses it: behaviour check: " in out
+    assert "from initial state" in out

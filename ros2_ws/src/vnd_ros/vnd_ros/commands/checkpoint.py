@@ -127,7 +127,10 @@ def format_result(result: CheckpointResult) -> str:
             f"[active {reply.active_version}, available {held}{pin}]"
         )
     for node in result.starting:
-        lines.append(f"{node}: not asked: no status and no readers yet (still starting?)")
+        if node == "(unannounced)":
+            lines.append("note: a participant had not announced its nodes yet: not asked")
+        else:
+            lines.append(f"{node}: not asked: no status and no readers yet (still starting?)")
     for node in result.missing:
         why = "not found reading the command topic" if node in result.not_found else "no answer"
         lines.append(f"{node}: DID NOT ANSWER ({why}) to request {result.request_id}")
@@ -205,6 +208,8 @@ def describe_bundle(path: Path) -> tuple[str, str]:
 
     Returns ``(text, problem)``: ``problem`` is "" when the bundle loads (sha256, shapes,
     finite weights), else the loader's reason (corrupt bytes, bad metadata, hash mismatch).
+    The text also says whether it passes the policy node's behavioural check with the default
+    safety limits (a bundle that fails it loads, but no policy node would fly it).
     """
     from vnd_core.bundle import BundleError, load_bundle, read_metadata
 
@@ -220,6 +225,8 @@ def describe_bundle(path: Path) -> tuple[str, str]:
         f"format version:  {meta.get('format_version')}",
         f"created (UTC):   {meta.get('created_utc')}",
         f"content sha256:  {meta.get('sha256')}",
+        f"parent sha256:   {meta.get('parent_sha256') or '(none recorded)'}",
+        f"lineage:         {meta.get('lineage') or '(none recorded)'}",
         f"vehicle:         {_vehicle_text(meta.get('vehicle'))}",
     ]
     lines += _architecture_lines(meta.get("architecture") or {})
@@ -229,12 +236,35 @@ def describe_bundle(path: Path) -> tuple[str, str]:
         lines += [f"  {key}: {_short(value)}" for key, value in sorted(summary.items())]
     problem = ""
     try:
-        load_bundle(data)
+        bundle = load_bundle(data)
         lines.append("check:           loads (sha256, shapes, finite weights)")
     except BundleError as err:
         problem = str(err)
         lines.append(f"INVALID:         {problem}")
+        return "\n".join(lines), problem
+    try:
+        lines.append(f"behaviour:       {_behaviour_text(bundle)}")
+    except BundleError as err:
+        lines.append(f"behaviour:       FAILS, a policy node refuses it: {err}")
     return "\n".join(lines), problem
+
+
+def _behaviour_text(bundle: Any) -> str:
+    """The policy node's behavioural check with the default safety limits, passed (raises
+    BundleError naming the figure when the bundle leaves the envelope)."""
+    import math
+
+    from vnd_core.flight.behaviour import BehaviourCheckConfig, behaviour_check
+    from vnd_core.flight.safety import SafetyConfig
+
+    config = BehaviourCheckConfig.for_flight(bundle.vehicle, SafetyConfig())
+    report = behaviour_check(bundle, config)
+    return (
+        f"inside the envelope over {report.rollouts} rollouts (default safety limits; worst "
+        f"tilt {math.degrees(report.max_tilt_rad):.0f} deg, body rate "
+        f"{report.max_body_rate_radps:.1f} rad/s, position error "
+        f"{report.max_position_error_m:.2f} m)"
+    )
 
 
 def _vehicle_text(vehicle: Any) -> str:
