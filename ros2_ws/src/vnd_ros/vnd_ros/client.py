@@ -8,8 +8,8 @@ the first match: the nodes of the namespace that read the command topic (the mod
 encoder, policy), once the view is complete, or the one node a request names. Complete means:
 no new participant for ``PARTICIPANTS_QUIET_S``; every participant that writes
 ``ros_discovery_info`` announced its nodes; every reader those nodes announce is discovered;
-and every node of the namespace reported ``vnd/node_status`` or announces readers and stopped
-creating entities (a node announces itself before its entities, so one still in its
+and every node of the namespace reported ``vnd/node_status`` or announces entities and stopped
+creating them (a node announces itself before its entities, so one still in its
 constructor is not taken for one that reads nothing). What stays incomplete is waited for at
 most ``STARTING_GRACE_S`` (and half the timeout); nodes still incomplete then are listed in
 ``CheckpointResult.starting``. Every expected node that did not answer within the timeout is
@@ -46,13 +46,15 @@ CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 5
 # the answers keep the other half. Past it, the nodes that are ready decide who must answer.
 STARTING_GRACE_S = 3.0
 # A node counts as constructed once it reported vnd/node_status (stack nodes do, from their
-# first timer tick), or once it announces readers and its entity list stayed unchanged this
-# long: a node announces itself before creating its entities, one by one.
+# first timer tick), or once it announces an entity besides /rosout and its entity list
+# stayed unchanged this long: a node announces itself before creating its entities, one by
+# one, and may spend seconds in between (the policy checks its start-up bundle).
 ENTITIES_QUIET_S = 0.3
 # A participant the client has not heard from yet is invisible: the view counts as complete
 # only once no new participant appeared for this long (on loopback every existing
-# participant answers a new one's announcement within milliseconds).
-PARTICIPANTS_QUIET_S = 0.3
+# participant answers a new one's announcement within tens of milliseconds; the margin is
+# for a loaded machine).
+PARTICIPANTS_QUIET_S = 0.5
 # Controller modes (vnd_msgs/CtbrCommand MODE_*), for printing.
 NS_PER_S = 1_000_000_000
 MODE_NAMES = {0: "idle", 1: "policy", 2: "hold", 3: "land", 4: "disarmed"}
@@ -118,7 +120,9 @@ class CheckpointResult:
     expected_nodes: tuple[str, ...]  # fully qualified names of the nodes that must answer
     replies: list[CheckpointReply] = field(default_factory=list)  # sorted by node name
     not_found: tuple[str, ...] = ()  # expected nodes never seen reading the command topic
-    starting: tuple[str, ...] = ()  # namespace nodes without a status report: not asked
+    # Namespace nodes still looking under construction when the wait ran out, not asked
+    # ("(unannounced)": a participant had not announced its nodes yet).
+    starting: tuple[str, ...] = ()
 
     @property
     def expected(self) -> int:
@@ -388,6 +392,7 @@ class StackClient:
         grace_s = min(STARTING_GRACE_S, (deadline - started) / 2.0)
         readers: set[str] = set()
         starting: set[str] = set()
+        announced = True
         matched = False
         participants: frozenset[bytes] = frozenset()
         participants_changed = started
@@ -397,6 +402,7 @@ class StackClient:
             while True:
                 view = search.poll()
                 readers, now = view.readers, time.monotonic()
+                announced = view.all_announced
                 if view.participants - participants:
                     participants_changed = now
                 participants = view.participants
@@ -409,7 +415,7 @@ class StackClient:
                     for name in view.nodes
                     if name not in reported
                     and not (
-                        view.entities.get(name, ((), ()))[0]
+                        any(view.entities.get(name, ((), ())))
                         and now - entities_changed.get(name, now) >= ENTITIES_QUIET_S
                     )
                 }
@@ -429,7 +435,8 @@ class StackClient:
         finally:
             search.close()
             self.node.destroy_subscription(status_sub)
-        not_asked = tuple(sorted(starting - readers))
+        # A participant that never announced its nodes in time: what it holds was not asked.
+        not_asked = tuple(sorted(starting - readers)) + (() if announced else ("(unannounced)",))
         if target_node:
             name = self.expected_name(target_node)
             return (name,), name in readers and matched, ()

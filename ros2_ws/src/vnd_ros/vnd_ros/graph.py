@@ -130,7 +130,8 @@ class NamespaceReaders:
     endpoints_known: bool  # every reader those nodes announce is discovered
     all_announced: bool  # no participant that may still announce ROS nodes is waiting
     participants: frozenset[bytes] = frozenset()  # GUIDs of the live participants seen
-    # node -> (reader GIDs, writer GIDs) it announces: a change means it is creating entities
+    # node -> (reader GIDs, writer GIDs but its /rosout one) it announces: a change means it is
+    # still creating entities
     entities: dict[str, tuple[tuple[bytes, ...], tuple[bytes, ...]]] = field(default_factory=dict)
 
 
@@ -196,8 +197,14 @@ class GraphView:
     def readers_of(self, topic: str, namespace: str) -> NamespaceReaders:
         """Which nodes of ``namespace`` ('/vnd1') read ROS ``topic``, and how complete the
         view is (see :class:`NamespaceReaders`)."""
+        # Announcement state first: a node list read after it can only be more complete.
+        all_announced = not self.unannounced_participants()
+        participants = frozenset(self.participants())
         nodes = [node for node in self.nodes() if node.namespace == namespace]
         readers = self.reader_topics()
+        rosout = {  # every node writes /rosout from its first moment: not a sign of progress
+            e.key.bytes for e in self._read_alive(self._publications) if e.topic_name == "rt/rosout"
+        }
         dds_topic = dds_topic_name(topic)
         return NamespaceReaders(
             readers={
@@ -207,9 +214,15 @@ class GraphView:
             },
             nodes={node.fully_qualified_name for node in nodes},
             endpoints_known=all(gid in readers for node in nodes for gid in node.reader_gids),
-            all_announced=not self.unannounced_participants(),
-            participants=frozenset(self.participants()),
-            entities={n.fully_qualified_name: (n.reader_gids, n.writer_gids) for n in nodes},
+            all_announced=all_announced,
+            participants=participants,
+            entities={
+                n.fully_qualified_name: (
+                    n.reader_gids,
+                    tuple(gid for gid in n.writer_gids if gid not in rosout),
+                )
+                for n in nodes
+            },
         )
 
     def unannounced_participants(self) -> set[bytes]:

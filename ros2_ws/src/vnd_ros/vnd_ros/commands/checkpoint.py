@@ -130,7 +130,7 @@ def format_result(result: CheckpointResult) -> str:
         if node == "(unannounced)":
             lines.append("note: a participant had not announced its nodes yet: not asked")
         else:
-            lines.append(f"{node}: not asked: no status and no readers yet (still starting?)")
+            lines.append(f"{node}: not asked: no status and no entities yet (still starting?)")
     for node in result.missing:
         why = "not found reading the command topic" if node in result.not_found else "no answer"
         lines.append(f"{node}: DID NOT ANSWER ({why}) to request {result.request_id}")
