@@ -42,6 +42,7 @@ class FakeVehicle:
     encoder_version: int = 3  # encoder active version (< 0: no encoder node)
     policy_version: int = 3  # policy active version (< 0: no policy node)
     learner_version: int = 3  # LearnerStatus.latest_version (< 0: no learner node)
+    learner_refusal: str = ""  # LearnerStatus.refusal of the newest bundle ("" = none refused)
 
 
 class ModelNode(Node):
@@ -98,9 +99,10 @@ class ModelNode(Node):
 class LearnerNode(Node):
     """Fake learner: LearnerStatus at 2 Hz."""
 
-    def __init__(self, namespace: str, version: int) -> None:
+    def __init__(self, namespace: str, version: int, refusal: str = "") -> None:
         super().__init__("learner", namespace=namespace)
         self.version = version
+        self.refusal = refusal
         self.LearnerStatus = get_message("vnd_msgs/msg/LearnerStatus")
         self.pub = self.create_publisher(
             self.LearnerStatus, "vnd/learner/status", qos_profile_status
@@ -109,7 +111,14 @@ class LearnerNode(Node):
 
     def report(self) -> None:
         """Publish one LearnerStatus (collecting)."""
-        msg = self.LearnerStatus(state=1, ticks_stored=500, latest_version=self.version)
+        msg = self.LearnerStatus(
+            state=1,
+            ticks_stored=500,
+            latest_version=self.version,
+            bundles_refused=1 if self.refusal else 0,
+            latest_refused=bool(self.refusal),
+            refusal=self.refusal,
+        )
         set_stamp(msg.header.stamp, time.time_ns())
         self.pub.publish(msg)
 
@@ -178,7 +187,7 @@ def build(spec: FakeVehicle) -> list[Node]:
         if version >= 0:
             nodes.append(ModelNode(name, namespace, version))
     if spec.learner_version >= 0:
-        nodes.append(LearnerNode(namespace, spec.learner_version))
+        nodes.append(LearnerNode(namespace, spec.learner_version, spec.learner_refusal))
     return nodes
 
 

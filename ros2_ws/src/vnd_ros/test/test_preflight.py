@@ -33,6 +33,10 @@ LISTEN_S = 2.5  # --duration of each preflight run
 LOADED_MACHINE_OFFSET_MS = "200"
 
 ODOM_ARGS = ["--mocap-type", "odometry", "--mocap-topic", "mocap/odom"]
+REFUSAL = (
+    "/pf_stale/policy refused v4: rejected: behaviour check: body rate 6.9 rad/s > 6.0 rad/s "
+    "at t=0.14 s from initial state 'below' on the nominal model"
+)
 SCENARIOS: dict[str, tuple[dict, list[str]]] = {
     # vehicle -> (fake spec, extra preflight args). Each preflight process costs seconds of
     # imports, so one namespace carries three faults that show in three different rows.
@@ -46,8 +50,15 @@ SCENARIOS: dict[str, tuple[dict, list[str]]] = {
         },
         [],
     ),
+    # nodes behind the learner because they refused its newest bundle (two rows say so)
     "pf_stale": (
-        {"mocap_type": "odometry", "encoder_version": 2, "policy_version": 2, "learner_version": 4},
+        {
+            "mocap_type": "odometry",
+            "encoder_version": 2,
+            "policy_version": 2,
+            "learner_version": 4,
+            "learner_refusal": REFUSAL,
+        },
         ODOM_ARGS,
     ),
 }
@@ -205,9 +216,14 @@ def test_version_mismatch_fails_naming_both_versions(outcomes) -> None:
 def test_stale_bundle_fails_naming_the_learner_version(outcomes) -> None:
     result = outcomes["pf_stale"]
     assert result.returncode == 1
-    assert result.failed_rows() == {"bundle versions"}, result.stdout
+    assert result.failed_rows() == {"bundle versions", "learner"}, result.stdout
     row = result.row("bundle versions")
     assert "encoder v2, policy v2, learner latest v4" in row and "stale bundle" in row
+
+
+def test_a_refused_learner_bundle_fails_the_learner_row(outcomes) -> None:
+    row = outcomes["pf_stale"].row("learner")
+    assert " FAIL " in row and f"BAD: newest bundle refused: {REFUSAL}" in row
 
 
 def test_missing_learner_fails(outcomes) -> None:
