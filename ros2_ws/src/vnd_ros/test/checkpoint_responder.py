@@ -1,15 +1,17 @@
 """A model-holding node for the request/answer tests, run as its own OS process.
 
     python checkpoint_responder.py --namespace /ns --name policy [--join-delay-s S]
-                                   [--answer-delay-s S] [--version N]
+                                   [--build-delay-s S] [--answer-delay-s S] [--version N]
 
 Answers every ``vnd_msgs/CheckpointCommand`` addressed to it (empty target_node, its name or
 its fully qualified name) with a ``CheckpointStatus`` after ``--answer-delay-s``, and reports
 ``vnd/node_status`` once running, the way the encoder and policy nodes do. ``--join-delay-s``
 keeps the participant on the domain without any node or endpoint for that long before
 creating them: what a slowly discovered node looks like to a client (its participant is
-known, its endpoints are not yet). Prints 'PARTICIPANT' once its participant exists and
-'READY' once its node's entities exist.
+known, its endpoints are not yet). ``--build-delay-s`` spends that long in the constructor
+between announcing the node and creating its entities, as the policy node does while it
+checks its start-up bundle. Prints 'PARTICIPANT' once its participant exists and 'READY' once
+its node's entities exist.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ NS_PER_S = 1_000_000_000
 class Responder(Node):
     """Answers checkpoint commands after a delay."""
 
-    def __init__(self, name: str, namespace: str, answer_delay_s: float, version: int) -> None:
+    def __init__(
+        self, name: str, namespace: str, answer_delay_s: float, version: int, build_delay_s: float
+    ) -> None:
         super().__init__(name, namespace=namespace)
+        time.sleep(build_delay_s)  # announced on the graph, no entity of its own yet
         self.answer_delay_s = answer_delay_s
         self.version = version
         self.Status = get_message("vnd_msgs/msg/CheckpointStatus")
@@ -87,6 +92,7 @@ def main() -> int:
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--name", required=True)
     parser.add_argument("--join-delay-s", type=float, default=0.0)
+    parser.add_argument("--build-delay-s", type=float, default=0.0)
     parser.add_argument("--answer-delay-s", type=float, default=0.0)
     parser.add_argument("--version", type=int, default=1)
     args = parser.parse_args()
@@ -94,7 +100,9 @@ def main() -> int:
     print("PARTICIPANT", flush=True)
     try:
         time.sleep(args.join_delay_s)  # participant alive, no node or endpoint announced yet
-        node = Responder(args.name, args.namespace, args.answer_delay_s, args.version)
+        node = Responder(
+            args.name, args.namespace, args.answer_delay_s, args.version, args.build_delay_s
+        )
         print("READY", flush=True)
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):

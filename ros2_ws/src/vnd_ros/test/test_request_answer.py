@@ -98,6 +98,20 @@ def test_a_node_discovered_late_is_waited_for_not_missed(namespace, responders):
     assert any(line.startswith(f"/{namespace}/policy: accepted: listed") for line in lines)
 
 
+def test_a_node_still_in_its_constructor_is_waited_for(namespace, responders):
+    """The policy is on the graph 2 s before it creates its command reader (as while it
+    checks its start-up bundle): a node that reads nothing yet is not taken as final."""
+    encoder = Responder(namespace, "encoder")
+    responders.append(encoder)
+    encoder.wait_line("READY")
+    policy = Responder(namespace, "policy", "--build-delay-s", "2.5")
+    responders.append(policy)
+    policy.wait_line("PARTICIPANT")
+    result = vnd("checkpoint", "list", "--vehicle", namespace, "--timeout", "30")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"/{namespace}/policy: accepted: listed" in result.stdout
+
+
 def test_a_slow_answer_is_awaited_and_a_missing_one_is_named(namespace, responders):
     for name, delay_s in (("encoder", "0"), ("policy", "6")):
         responders.append(Responder(namespace, name, "--answer-delay-s", delay_s))
