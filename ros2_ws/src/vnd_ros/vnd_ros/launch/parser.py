@@ -38,6 +38,13 @@ Where ``vnd launch`` stays stricter than ros2 launch, and why:
   above are errors: all three keep every name and process known before anything starts.
 - a crash-looping process stops being respawned after a few start-up failures (see
   ``LaunchService``) where ros2 launch, without ``respawn_max_retries``, respawns forever.
+- ``respawn`` and conditions take true/false/1/0 (any case); ros2 launch's YAML coercion of
+  ``respawn`` would also take yes/no/on/off. Duplicate keys are errors (yaml.safe_load keeps
+  the last one silently).
+
+Nowhere looser: every file accepted here passes the frontend's attribute checks (the one
+former exception, ``args`` on ``executable``, which ros2 launch's ExecuteProcess.parse does
+not read, is now refused with the hint to put the arguments in ``cmd``).
 """
 
 from __future__ import annotations
