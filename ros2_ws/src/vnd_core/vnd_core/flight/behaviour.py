@@ -12,10 +12,12 @@ batch) on
   latent its encoder gives for a calm hover window (the model the policy was trained on). A
   bundle does
   not carry the residual clip and trust region the learner trained with, so far from its data
-  this model is the least trustworthy part of the check: its tilt and rate limits are wider by
-  ``learned_model_margin`` and its rollouts are judged mainly on staying finite, near the
-  reference and settling (measured on four learned wind bundles from the 0.4 m offset: up to
-  52 deg and 8.9 rad/s on their own models, 28 deg and 4.5 rad/s on the nominal model);
+  this model is the least trustworthy part of the check: its tilt, rate and settling limits
+  are wider by ``learned_model_margin`` and its rollouts are judged mainly on staying finite
+  and near the reference (measured on four learned wind bundles from the 0.4 m offset: up to
+  52 deg and 8.9 rad/s on their own models, 28 deg and 4.5 rad/s on the nominal model; a
+  demo bundle held 0.38 m off its hover point on its own model after 1.5 s, where the
+  nominal model flew it back);
 
 and every rollout must stay inside the envelope at every tick: finite state and command, tilt
 below ``max_tilt_rad``, every body rate below its limit, distance from the reference below
@@ -73,7 +75,7 @@ class BehaviourCheckConfig:
     settle_s: float = 1.5  # from this time on the rollout must have settled ...
     settled_error_m: float = 0.25  # ... to within this distance of the reference
     learned_model: bool = True  # also fly the bundle's learned model when it carries one
-    learned_model_margin: float = 2.0  # its rollouts may exceed the tilt and rate limits x this
+    learned_model_margin: float = 2.0  # its rollouts get tilt, rate and settling limits x this
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -254,7 +256,7 @@ def _judge(
 ) -> tuple[BehaviourReport, list[str]]:
     """Envelope verdict of rollouts ``states`` (T, B, 13) under ``actions`` (T, B, 4), the
     state after tick k at index k; ``labels`` (B) name the rollouts, ``margin`` (B) scales
-    their tilt and rate limits."""
+    their tilt, rate and settling limits."""
     ticks, b = states.shape[:2]
     times_s = (torch.arange(ticks)[:, None] + 1) * config.period_s  # (T, 1): after each tick
     quat = states[..., QUAT]
@@ -269,7 +271,7 @@ def _judge(
         "rate": ~(rates <= config.max_body_rate_radps * margin),
         "yaw": ~(yaw <= config.max_yaw_rate_radps * margin),
         "pos": ~(error <= config.max_position_error_m),
-        "settle": (times_s >= config.settle_s - 1e-9) & ~(error <= config.settled_error_m),
+        "settle": (times_s >= config.settle_s - 1e-9) & ~(error <= config.settled_error_m * margin),
     }
     bad = torch.stack(list(checks.values())).any(dim=0)  # (T, B)
     first = torch.where(bad.any(dim=0), bad.float().argmax(dim=0), torch.full((b,), ticks))
@@ -283,6 +285,7 @@ def _judge(
             max_tilt_rad=config.max_tilt_rad * float(margin[i]),
             max_body_rate_radps=config.max_body_rate_radps * float(margin[i]),
             max_yaw_rate_radps=config.max_yaw_rate_radps * float(margin[i]),
+            settled_error_m=config.settled_error_m * float(margin[i]),
         )
         figure = _figure(what, states[k, i], float(tilt[k, i]), float(error[k, i]), scaled)
         t_s = (k + 1) * config.period_s
