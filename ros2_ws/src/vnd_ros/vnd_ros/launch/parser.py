@@ -42,9 +42,9 @@ Where ``vnd launch`` stays stricter than ros2 launch, and why:
   ``respawn`` would also take yes/no/on/off. Duplicate keys are errors (yaml.safe_load keeps
   the last one silently).
 
-Nowhere looser: every file accepted here passes the frontend's attribute checks (the one
-former exception, ``args`` on ``executable``, which ros2 launch's ExecuteProcess.parse does
-not read, is now refused with the hint to put the arguments in ``cmd``).
+Nowhere looser: every file accepted here passes the frontend's attribute checks. ``args`` on
+``executable`` (in the launch XML design document, but not read by ``ExecuteProcess.parse``)
+is refused with the hint to put the arguments in ``cmd``.
 """
 
 from __future__ import annotations
