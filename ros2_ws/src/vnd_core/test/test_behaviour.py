@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 import time
+from pathlib import Path
 
 import pytest
 import safetensors.torch
@@ -149,6 +150,16 @@ def test_a_learned_model_is_flown_too(config):
         behaviour_check(bad, config)
     # without a learned-model rollout it would pass: the nominal half is the same policy
     behaviour_check(bad, dataclasses.replace(config, learned_model=False))
+
+
+def test_a_bundle_learned_in_a_demo_passes(config):
+    """The learned bundle the bag-replay test flies (wind learned in a demo run): its own
+    model is flown too, and it stays inside the envelope."""
+    path = Path(__file__).resolve().parents[2] / "vnd_policy/test/data/replay_bundle.safetensors"
+    bundle = load_bundle(path)
+    assert bundle.model is not None and bool(bundle.model.normalizers_fitted)
+    report = behaviour_check(bundle, config)
+    assert report.rollouts == 12 and report.violation == ""
 
 
 def test_initial_states_start_inside_the_envelope(config):
