@@ -5,21 +5,26 @@
 
 Answers every ``vnd_msgs/CheckpointCommand`` addressed to it (empty target_node, its name or
 its fully qualified name) with a ``CheckpointStatus`` after ``--answer-delay-s``, and reports
-``vnd/node_status`` once running, the way the encoder and policy nodes do. ``--join-delay-s``
-keeps the participant on the domain without any node or endpoint for that long before
-creating them: what a slowly discovered node looks like to a client (its participant is
-known, its endpoints are not yet). ``--build-delay-s`` spends that long in the constructor
-between announcing the node and creating its entities, as the policy node does while it
-checks its start-up bundle. Prints 'PARTICIPANT' once its participant exists and 'READY' once
-its node's entities exist.
+``vnd/node_status`` once running, the way the encoder and policy nodes do.
+
+``--join-delay-s`` shows the domain a participant whose endpoints are not discovered for that
+long before the node appears -- what a slowly discovered node looks like to a client (its
+participant known, its endpoints not yet): a bare participant without endpoints stands in for
+that time, then the node's own participant and entities come up and the stand-in leaves.
+``--build-delay-s`` spends that long in the constructor between announcing the node and
+creating its entities, as the policy node does while it checks its start-up bundle. Prints
+'PARTICIPANT' once the first participant exists and 'READY' once the node's entities exist.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
+from cyclonedds.core import Entity
+from cyclonedds.domain import DomainParticipant
 from vnd_ros.messages import get_message
 from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
 from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
@@ -96,14 +101,19 @@ def main() -> int:
     parser.add_argument("--answer-delay-s", type=float, default=0.0)
     parser.add_argument("--version", type=int, default=1)
     args = parser.parse_args()
-    init(args=[])
+    stand_in = DomainParticipant(int(os.environ.get("ROS_DOMAIN_ID", "0")))
     print("PARTICIPANT", flush=True)
+    time.sleep(args.join_delay_s)  # a participant on the domain, no endpoint discovered yet
+    init(args=[])
     try:
-        time.sleep(args.join_delay_s)  # participant alive, no node or endpoint announced yet
         node = Responder(
             args.name, args.namespace, args.answer_delay_s, args.version, args.build_delay_s
         )
         print("READY", flush=True)
+        # The node's own participant is up: the stand-in leaves the domain (deleted now, not
+        # whenever Python would collect it).
+        Entity._entities.pop(stand_in._ref, None)
+        stand_in._delete(stand_in._ref)
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

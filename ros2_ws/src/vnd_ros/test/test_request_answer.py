@@ -82,9 +82,10 @@ def vnd(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_a_node_discovered_late_is_waited_for_not_missed(namespace, responders):
-    """The policy's participant is on the domain but announces its node and endpoints only
-    3 s later: a fixed settle time after the encoder matched would report success with one
-    answer; the graph says a participant is still unannounced, so the client waits."""
+    """A participant whose endpoints are not discovered is on the domain for 3 s before the
+    policy node appears (slow endpoint discovery): a fixed settle time after the encoder
+    matched would report success with one answer; the graph says a participant may still
+    announce nodes, so the client waits and asks the policy too."""
     encoder = Responder(namespace, "encoder")
     responders.append(encoder)
     encoder.wait_line("READY")

@@ -12,6 +12,7 @@ the DCPS built-in publication/subscription topics) seen on the domain, in ROS na
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,9 @@ GID_SIZE_BY_DISTRO = {"humble": 24, "jazzy": 16}
 # so every participant's latest sample shares one history.
 _VIEW_HISTORY_DEPTH = 1000
 _ALIVE = SampleState.Any | ViewState.Any | InstanceState.Alive
+# How long after a participant's ros_discovery_info writer is discovered its latest sample
+# (transient local) is still expected.
+ANNOUNCEMENT_WAIT_S = 0.5
 
 
 def _discovery_qos(depth: int | None) -> Qos:
@@ -158,6 +162,7 @@ class GraphView:
         topic = Topic(participant, DISCOVERY_TOPIC, info_cls)
         self._info = DataReader(participant, topic, _discovery_qos(_VIEW_HISTORY_DEPTH))
         self._nodes_by_participant: dict[bytes, list[NodeInfo]] = {}
+        self._announcer_seen_s: dict[bytes, float] = {}  # participant -> when its writer showed
 
     def _read_alive(self, reader: BuiltinDataReader) -> list[Any]:
         return reader.read(N=100_000, condition=self._alive[reader])
@@ -226,20 +231,28 @@ class GraphView:
         )
 
     def unannounced_participants(self) -> set[bytes]:
-        """Live participants that may still announce ROS nodes: they write
-        ``ros_discovery_info`` but no sample of theirs arrived yet, or none of their endpoints
-        is discovered yet. A participant whose endpoints are known but that has no
-        ``ros_discovery_info`` writer is a plain DDS application and never announces."""
-        endpoints = self._read_alive(self._publications) + self._read_alive(self._subscriptions)
+        """Live participants that may still announce ROS nodes: none of their endpoints is
+        discovered yet (endpoint discovery still running), or their ``ros_discovery_info``
+        writer was discovered less than ``ANNOUNCEMENT_WAIT_S`` ago and its sample has not
+        arrived (it follows the match within milliseconds). A participant whose writer has
+        been known longer without a sample announces nothing yet (a process that created its
+        participant but no node), and one whose endpoints are known without that writer is a
+        plain DDS application: neither is waited for."""
+        publications = self._read_alive(self._publications)
+        endpoints = publications + self._read_alive(self._subscriptions)
         with_endpoints = {endpoint.participant_key.bytes for endpoint in endpoints}
-        announcers = {
-            endpoint.participant_key.bytes
-            for endpoint in self._read_alive(self._publications)
-            if endpoint.topic_name == DISCOVERY_TOPIC
-        }
+        now = time.monotonic()
+        for endpoint in publications:
+            if endpoint.topic_name == DISCOVERY_TOPIC:
+                self._announcer_seen_s.setdefault(endpoint.participant_key.bytes, now)
         self.nodes()  # take the announcements that arrived since the last call
         waiting = self.participants() - set(self._nodes_by_participant)
-        return {gid for gid in waiting if gid in announcers or gid not in with_endpoints}
+        return {
+            gid
+            for gid in waiting
+            if gid not in with_endpoints
+            or now - self._announcer_seen_s.get(gid, -float("inf")) < ANNOUNCEMENT_WAIT_S
+        }
 
     def topics(self, include_hidden: bool = False) -> dict[str, TopicInfo]:
         """ROS topics by name. DDS-only topics (no 'rt/' prefix) only with ``include_hidden``."""
