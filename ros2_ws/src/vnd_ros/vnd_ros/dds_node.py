@@ -367,6 +367,7 @@ ROSOUT_TOPIC = "/rosout"
 # keep last 1000, lifespan 10 s -- what `ros2 topic echo /rosout` and rqt_console expect.
 ROSOUT_DEPTH = 1000
 ROSOUT_LIFESPAN_S = 10.0
+ROSOUT_DROP_REPORT_PERIOD_S = 10.0  # at most one stderr line per period about dropped lines
 
 
 class _RosoutPublisher:
@@ -381,10 +382,17 @@ class _RosoutPublisher:
 
         self._log_cls = messages.get_message("rcl_interfaces/msg/Log")
         profile = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=ROSOUT_DEPTH)
-        lifespan = Qos(Policy.Lifespan(duration(seconds=ROSOUT_LIFESPAN_S)))
-        self._publisher: Publisher | None = Publisher(
-            node, self._log_cls, ROSOUT_TOPIC, profile, extra_qos=lifespan
+        # Never block the logging caller (a control tick that logs a late tick): a write a
+        # slow /rosout reader would hold up fails at once instead; the line is on stderr.
+        extra = Qos(
+            Policy.Lifespan(duration(seconds=ROSOUT_LIFESPAN_S)),
+            Policy.Reliability.Reliable(max_blocking_time=0),
         )
+        self._publisher: Publisher | None = Publisher(
+            node, self._log_cls, ROSOUT_TOPIC, profile, extra_qos=extra
+        )
+        self._dropped = 0  # lines /rosout could not take
+        self._dropped_reported_s = -float("inf")
         node.publishers.append(self._publisher)
         self._node = node
         self._logger_name = logger_name
@@ -407,7 +415,14 @@ class _RosoutPublisher:
         try:
             publisher.publish(msg)
         except DDSException as err:  # the line is on stderr already; say why rosout lacks it
-            sys.stderr.write(f"[WARN] [{record.name}]: /rosout write failed: {err}\n")
+            self._dropped += 1
+            now_s = time.monotonic()
+            if now_s - self._dropped_reported_s >= ROSOUT_DROP_REPORT_PERIOD_S:
+                self._dropped_reported_s = now_s
+                sys.stderr.write(
+                    f"[WARN] [{record.name}]: /rosout did not take {self._dropped} line(s) "
+                    f"so far (a reader is behind): {err}\n"
+                )
 
     def close(self) -> None:
         """Stop forwarding; the writer goes with the node's other publishers."""
