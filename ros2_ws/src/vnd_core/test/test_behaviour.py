@@ -20,6 +20,7 @@ import torch
 from vnd_core.bundle import Bundle, BundleError, load_bundle, pack, read_metadata, smoke_test
 from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.flight.behaviour import (
+    DEFAULT_MAX_BODY_RATE_RADPS,
     DEFAULT_MAX_TILT_RAD,
     BehaviourCheckConfig,
     behaviour_check,
@@ -185,11 +186,10 @@ def test_limits_follow_the_safety_filter_when_it_has_them():
     assert from_filter.max_yaw_rate_radps == VEHICLE.body_rate_max_radps[2]
     own = BehaviourCheckConfig.for_flight(VEHICLE, object())
     assert own.max_tilt_rad == DEFAULT_MAX_TILT_RAD
-    assert own.max_body_rate_radps == max(VEHICLE.body_rate_max_radps[:2])
-    safety = SafetyConfig()
-    limits = getattr(safety, "envelope", safety)  # the filter's envelope limits
-    flight = BehaviourCheckConfig.for_flight(VEHICLE, safety)
-    assert flight.max_tilt_rad == getattr(limits, "max_tilt_rad", DEFAULT_MAX_TILT_RAD)
+    assert own.max_body_rate_radps == DEFAULT_MAX_BODY_RATE_RADPS
+    # The in-flight envelope is looser than the check: the check's own limits apply.
+    flight = BehaviourCheckConfig.for_flight(VEHICLE, SafetyConfig())
+    assert SafetyConfig().envelope.max_tilt_rad > DEFAULT_MAX_TILT_RAD == flight.max_tilt_rad
     with pytest.raises(ValueError, match="tilt_rad"):
         BehaviourCheckConfig.for_flight(VEHICLE, FilterLimits(max_tilt_rad=0.1))
 

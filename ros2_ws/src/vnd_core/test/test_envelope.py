@@ -43,7 +43,7 @@ def state(position=(0.0, 0.0, 1.0), tilt_deg=0.0, velocity=(0.0, 0.0, 0.0), rate
 
 def envelope(**overrides) -> PolicyEnvelope:
     config = EnvelopeConfig(**overrides)
-    return PolicyEnvelope(config, (-3, -3, -0.2), (3, 3, 3), VEHICLE.body_rate_time_constant_s)
+    return PolicyEnvelope(config, (-3, -3, -0.2), (3, 3, 3))
 
 
 def test_guard_rejects_a_jump_but_not_motion_the_last_velocity_explains() -> None:
@@ -70,15 +70,14 @@ def test_guard_calls_a_bit_exact_repeated_pose_frozen_unless_resting() -> None:
 def test_policy_limits_name_the_figure_that_failed() -> None:
     env = envelope()
     assert env.check(state(tilt_deg=10), HOVER, np.array([0, 0, 1.0])) is None
-    tilt = env.check(state(tilt_deg=50), HOVER, None)
-    assert tilt.reason == FAULT_TILT and "50 deg > 46 deg" in tilt.detail
-    rate = env.check(state(rates=(7.0, 0, 0)), HOVER, None)
-    assert rate.reason == FAULT_BODY_RATE and "7.0 rad/s" in rate.detail
-    commanded = env.check(state(), np.array([10.0, 8.0, 0.0, 0.0]), None)
+    assert env.check(state(tilt_deg=75), HOVER, None) is None  # a transient ...
+    assert env.check(state(tilt_deg=75), HOVER, None) is None
+    tilt = env.check(state(tilt_deg=75), HOVER, None)  # ... until it lasts
+    assert tilt.reason == FAULT_TILT and "75 deg > 69 deg for 3 ticks" in tilt.detail
+    rate = env.check(state(rates=(15.5, 0, 0)), HOVER, None)
+    assert rate.reason == FAULT_BODY_RATE and "15.5 rad/s" in rate.detail
+    commanded = env.check(state(), np.array([10.0, 8.0, -8.0, 0.0]), None)
     assert commanded.reason == FAULT_BODY_RATE and commanded.detail.startswith("commanded")
-    # rates within their limit that would tilt the vehicle past the limit within the horizon
-    leaning = env.check(state(tilt_deg=38), np.array([10.0, 5.5, 0.0, 0.0]), None)
-    assert leaning.reason == FAULT_TILT and "within" in leaning.detail
 
 
 def test_tracking_error_must_last_before_it_counts() -> None:
@@ -98,7 +97,7 @@ def test_geofence_sees_the_stopping_point() -> None:
 
 
 def test_crash_detector_needs_the_tilt_to_last() -> None:
-    detector = CrashDetector(EnvelopeConfig(crash_tilt_rad=1.2, crash_time_s=0.3))
+    detector = CrashDetector(EnvelopeConfig(crash_tilt_rad=1.3, crash_time_s=0.3))
     flipped = state(tilt_deg=90)
     assert detector.check(0, flipped) is None
     assert detector.check(200_000_000, flipped) is None
@@ -134,7 +133,7 @@ def test_an_absurd_policy_command_suspends_the_policy_until_a_new_bundle() -> No
         (Mode.POLICY, Mode.FALLBACK_HOLD),
         (Mode.FALLBACK_HOLD, Mode.POLICY),
     ]
-    assert "commanded body rate 11.3 rad/s > 6.0 rad/s" in changes[1].reason
+    assert "commanded body rate 11.3 rad/s > 10.5 rad/s" in changes[1].reason
     assert safety.pop_mode_changes() == []
 
 

@@ -247,7 +247,7 @@ def test_geofence_exit_holds_at_the_nearest_point_inside() -> None:
 def test_clamps_apply_and_are_counted() -> None:
     # The envelope would take an absurd command from the policy (its own test); the clamps
     # are the last line behind it and must hold whatever asks for the command.
-    no_envelope = EnvelopeConfig(max_body_rate_radps=1e3, max_tilt_rad=3.1)
+    no_envelope = EnvelopeConfig(max_commanded_rate_radps=1e3)
     safety = flying(SafetyConfig(envelope=no_envelope))
     for k in range(10, 40):
         out = safety.step(k * TICK_NS, hover_state(), k * TICK_NS, np.array([1e3, 50, -50, 9]))

@@ -48,6 +48,10 @@ from vnd_core.flight.bundle_runtime import (
     policy_validator,
 )
 from vnd_core.flight.controller import (
+    LATENT_MISMATCH,
+    LATENT_MISSING,
+    LATENT_SIZE,
+    LATENT_STALE,
     ExternalReference,
     LatentSample,
     PolicyController,
@@ -89,6 +93,7 @@ CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 5
 # A latent problem this long is reported: shorter ones are the encoder and the policy
 # activating a new bundle a few ticks apart.
 LATENT_WARN_NS = 500_000_000
+WARNED_LATENT = frozenset({LATENT_MISSING, LATENT_STALE, LATENT_MISMATCH, LATENT_SIZE})
 
 
 @dataclass(frozen=True)
@@ -411,7 +416,9 @@ class PolicyNode(Node):
         out = []
         since = self.latent_problem_since_ns
         problem = self.controller.latent_problem
-        if problem is not None and since is not None and now_ns - since >= LATENT_WARN_NS:
+        # "latent_invalid" is the encoder running without a full context or a fitted model (the
+        # shipped base bundle has none): expected, counted, not an operator warning.
+        if problem in WARNED_LATENT and since is not None and now_ns - since >= LATENT_WARN_NS:
             age_s = (now_ns - since) / NS_PER_S
             out.append(
                 f"{problem.replace('_', ' ')} for {age_s:.1f} s: flying on z = 0 "

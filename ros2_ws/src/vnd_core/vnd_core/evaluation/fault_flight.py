@@ -228,8 +228,14 @@ class _Loop:
         """Fly until ``end_s`` of scenario time, the fault from ``fault_s``."""
         fault: Callable | None = None
         now_ns = 0
+        give_up_ns = round((end_s + 30.0) * NS_PER_S)  # the scenario never started: no command
         while True:
             now_ns += NS_PER_MS
+            if now_ns > give_up_ns:
+                raise RuntimeError(
+                    f"fault flight stalled: scenario time {self.sim.time_s:.1f} s of {end_s:.1f} s "
+                    f"after {now_ns / NS_PER_S:.0f} s (the stack never sent a flying command?)"
+                )
             if now_ns % (2 * NS_PER_MS) == 0:
                 for sample in self.sim.advance_to(now_ns):
                     if fault is None and self.sim.started and sample.time_s >= fault_s:

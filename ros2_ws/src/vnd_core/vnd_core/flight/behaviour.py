@@ -27,10 +27,14 @@ chatters around the reference without ever holding it fails there). Otherwise
 model, e.g. ``behaviour check: tilt 42.0 deg > 34.4 deg at t=0.18 s from initial state
 'offset_x' on the nominal model``.
 
-The tilt and body-rate limits are the safety filter's (``max_tilt_rad`` and
-``max_body_rate_radps`` of ``SafetyConfig.envelope``, measured the same way: tilt of the body z
-axis, roll/pitch rate magnitude; see :meth:`BehaviourCheckConfig.for_flight`): a bundle that
-would trip the filter's envelope from these mild starts never becomes active.
+The tilt and body-rate limits are the check's own (:data:`DEFAULT_MAX_TILT_RAD`,
+:data:`DEFAULT_MAX_BODY_RATE_RADPS`), or the safety filter's where those are tighter
+(``max_tilt_rad`` and ``max_body_rate_radps`` of ``SafetyConfig.envelope``, measured the same
+way: tilt of the body z axis, roll/pitch rate magnitude; see
+:meth:`BehaviourCheckConfig.for_flight`). The check's are the stricter ones by design: its
+rollouts start from mild states on a model whose rates are exact, while the filter's envelope
+judges real flight (take-off transients, a rate estimated from motion capture) and must never
+take a good policy off the vehicle, so a bundle that passes here stays well inside it.
 The rollouts run on the bundle loader thread (policy node) and in the learner's gates; cost:
 see :func:`behaviour_check` (0.1-0.3 s of CPU per bundle with torch on one thread).
 """
@@ -52,7 +56,8 @@ from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.features import apply_residual
 
 Vec3 = tuple[float, float, float]
-DEFAULT_MAX_TILT_RAD = 0.6  # tilt limit when the safety filter defines none (34 deg)
+DEFAULT_MAX_TILT_RAD = 0.8  # the check's tilt limit (46 deg)
+DEFAULT_MAX_BODY_RATE_RADPS = 6.0  # the check's roll/pitch rate limit
 
 
 @dataclass(frozen=True)
@@ -109,19 +114,23 @@ class BehaviourCheckConfig:
     ) -> BehaviourCheckConfig:
         """The check for a node flying ``vehicle`` behind the safety filter ``safety``.
 
-        The envelope limits are the filter's where it defines them: ``max_tilt_rad`` and
+        The envelope limits are :data:`DEFAULT_MAX_TILT_RAD` and
+        :data:`DEFAULT_MAX_BODY_RATE_RADPS` (capped by the vehicle's roll/pitch
+        ``body_rate_max_radps``), or the filter's where they are tighter: ``max_tilt_rad`` and
         ``max_body_rate_radps`` (roll/pitch rate magnitude) of ``safety.envelope`` or of
-        ``safety`` itself; else :data:`DEFAULT_MAX_TILT_RAD` and the vehicle's roll/pitch
-        ``body_rate_max_radps`` (the commands' own bound). The yaw limit is the vehicle's.
-        ``overrides`` replace fields.
+        ``safety`` itself. The yaw limit is the vehicle's. ``overrides`` replace fields.
         """
         limits = getattr(safety, "envelope", safety)
-        tilt = getattr(limits, "max_tilt_rad", None)
-        rate = getattr(limits, "max_body_rate_radps", None)
         roll_max, pitch_max, yaw_max = vehicle.body_rate_max_radps
+        tilt = min(DEFAULT_MAX_TILT_RAD, float(getattr(limits, "max_tilt_rad", math.inf)))
+        rate = min(
+            DEFAULT_MAX_BODY_RATE_RADPS,
+            max(roll_max, pitch_max),
+            float(getattr(limits, "max_body_rate_radps", math.inf)),
+        )
         config = cls(
-            max_tilt_rad=float(tilt) if tilt is not None else DEFAULT_MAX_TILT_RAD,
-            max_body_rate_radps=float(rate) if rate is not None else max(roll_max, pitch_max),
+            max_tilt_rad=tilt,
+            max_body_rate_radps=rate,
             max_yaw_rate_radps=float(yaw_max),
         )
         config = dataclasses.replace(config, **overrides)

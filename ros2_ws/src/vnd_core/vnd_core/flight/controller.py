@@ -11,7 +11,11 @@ active bundle (swapped between ticks by the node) and the latest latent. It
   with its velocity and acceleration;
 - always runs the policy when a state is known (the safety filter needs its action to decide
   on recovery), then the safety filter, and feeds the *applied* command back as the policy's
-  previous action, so a fallback episode does not leave the policy a stale history.
+  previous action, so a fallback episode does not leave the policy a stale history;
+- on a tick whose odometry is the previous tick's (late odometry, a watchdog tick) the policy
+  flies on the safety filter's prediction of the state now (the last good odometry through
+  every command sent since) rather than on a repeat of its last input: a policy fed the same
+  state tick after tick keeps turning open-loop until the fallback takes over.
 """
 
 from __future__ import annotations
@@ -139,6 +143,7 @@ class PolicyController:
         self._external: ExternalReference | None = None
         self._t0_ns: int | None = None  # first odometry stamp: reference time zero
         self.latent_problem: str | None = None  # why the last tick flew on z = 0 (None: it did not)
+        self._last_stamp_ns: int | None = None  # odometry stamp of the previous tick
 
     @classmethod
     def create(
@@ -188,16 +193,23 @@ class PolicyController:
         ``stamp_ns``, the active ``bundle`` and the newest ``latent``."""
         if self._t0_ns is None:
             self._t0_ns = stamp_ns
+        measured, input_ns = state, stamp_ns
+        if stamp_ns == self._last_stamp_ns and self.safety.mode == Mode.POLICY:
+            # Odometry is late: fly on the prediction, not on a repeat of the last input.
+            predicted = self.safety.predicted_state(now_ns)
+            if predicted is not None:
+                state, input_ns = predicted, now_ns
+        self._last_stamp_ns = stamp_ns
         runner = self._runner_for(bundle)
         version = bundle.version if bundle is not None else 0
         nz = bundle.policy.latent_dim if bundle is not None else 0
         z, z_valid = self._latent_for(now_ns, latent, version, nz)
-        t_s = (stamp_ns - self._t0_ns) / NS_PER_S
+        t_s = (input_ns - self._t0_ns) / NS_PER_S
         action, ref = None, None
         if runner is not None:
             runner.external = self._external
             if self._external is not None:
-                runner.external_age_s = (stamp_ns - self._external.stamp_ns) / NS_PER_S
+                runner.external_age_s = (input_ns - self._external.stamp_ns) / NS_PER_S
             runner.last_reference = None
             try:
                 action = runner.act(state, t_s, z)
@@ -208,7 +220,7 @@ class PolicyController:
             self.counters.count(NO_BUNDLE)
         if ref is None:
             ref = reference_numpy(self.reference, np.full(1, t_s))
-        out = self.safety.step(now_ns, state, stamp_ns, action, reference_m=ref[0, 0, :])
+        out = self.safety.step(now_ns, measured, stamp_ns, action, reference_m=ref[0, 0, :])
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
         return TickRecord(
@@ -275,14 +287,15 @@ class PolicyController:
             self.latent_problem = None
             return zeros, False
         reason = None
+        # Stale first: a silent encoder is the operator's problem whatever its last message said.
         if latent is None:
             reason = LATENT_MISSING
+        elif now_ns - latent.received_ns > self._latent_max_age_ns:
+            reason = LATENT_STALE
         elif latent.encoder_version != version:
             reason = LATENT_MISMATCH
         elif not latent.valid:
             reason = LATENT_INVALID
-        elif now_ns - latent.received_ns > self._latent_max_age_ns:
-            reason = LATENT_STALE
         elif latent.z.shape != (nz,) or not np.isfinite(latent.z).all():
             reason = LATENT_SIZE
         self.latent_problem = reason

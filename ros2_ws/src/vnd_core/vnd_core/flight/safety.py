@@ -30,8 +30,10 @@ good. On that prediction the fallback first levels the vehicle and brakes it (ti
 ``blind_max_tilt_rad``, rates within ``blind_max_rate_radps``, the disturbance cancelled)
 while holding height for ``blind_level_s``, then descends at ``blind_descent_mps``. There is no
 position hold without position. It disarms ``blind_land_margin_s`` after the predicted height
-reaches the floor, in hold as in landing (blind, holding is descending). When odometry comes back, the normal hold or landing resumes from the
-measured state.
+reaches the floor, in hold as in landing (blind, holding is descending). When odometry comes
+back, the normal hold or landing resumes from the measured state. While the policy still flies
+and odometry is merely late, the policy itself flies on the same prediction
+(:meth:`SafetyFilter.predicted_state`).
 """
 
 from __future__ import annotations
@@ -226,9 +228,7 @@ class SafetyFilter:
         self._planner = LandingPlanner(c.fallback, c.floor_z_m)
         self.blind = BlindEstimator(vehicle, c.dead_reckoning)
         self._guard = OdometryGuard(c.envelope)
-        self._envelope = PolicyEnvelope(
-            c.envelope, c.geofence_min_m, c.geofence_max_m, vehicle.body_rate_time_constant_s
-        )
+        self._envelope = PolicyEnvelope(c.envelope, c.geofence_min_m, c.geofence_max_m)
         self._crash = CrashDetector(c.envelope)
         self._fence_min = np.array(c.geofence_min_m, dtype=float)
         self._fence_max = np.array(c.geofence_max_m, dtype=float)
@@ -318,6 +318,17 @@ class SafetyFilter:
             self._crash,
         ]
 
+    def predicted_state(self, now_ns: int) -> np.ndarray | None:
+        """The dead-reckoned state (13,) at ``now_ns`` from the last good odometry through the
+        commands sent since (None before any odometry). For a tick whose odometry is late: the
+        policy flies on this instead of repeating its last input, so the commands it sends
+        meanwhile stay closed-loop and the fallback, if it comes, starts from a sane state."""
+        if self._odom_state is None:
+            return None
+        if not self.blind.started:
+            self.blind.start(self._odom_state, self._odom_stamp_ns)
+        return self.blind.predict(now_ns)
+
     def pop_mode_changes(self) -> list[ModeChange]:
         """The mode changes since the last call, oldest first."""
         changes, self.mode_changes = self.mode_changes, []
@@ -366,7 +377,12 @@ class SafetyFilter:
             verdict = self._judge_sample(state, stamp_ns)
             if verdict is None:
                 self._odom_state, self._odom_stamp_ns = state.copy(), stamp_ns
-                self.blind.observe(stamp_ns, state, now_ns)
+                if self.mode in (Mode.IDLE, Mode.DISARMED):
+                    # Motors off, the vehicle held by its stand or the floor: nothing to learn
+                    # about the air (the weight alone would read as a lifting force).
+                    self.blind.disturbance.reset()
+                else:
+                    self.blind.observe(stamp_ns, state, now_ns)
             else:
                 faults.append(self._fault(verdict))
         if self._odom_stamp_ns is None:
@@ -380,6 +396,8 @@ class SafetyFilter:
     def _judge_sample(self, state: np.ndarray, stamp_ns: int) -> Verdict | None:
         if not np.isfinite(state).all():
             return Verdict(FAULT_ODOM_NON_FINITE, "odometry not finite")
+        if self.mode in (Mode.IDLE, Mode.DISARMED):  # not flying: carried, placed, re-origined
+            return None
         last = self._odom_state
         resting = last is not None and not_resting_reason(last, self.config) is None
         return self._guard.check(state, stamp_ns, last, self._odom_stamp_ns, resting)
@@ -525,8 +543,9 @@ class SafetyFilter:
         self._planner_started = False  # a landing resumes from the measured state later
         if self._odom_state is None:  # never had odometry: nothing to fly on
             return np.zeros(ACTION_DIM)
-        if not self.blind.started:
+        if not self.blind.started:  # (the policy may have flown on the prediction already)
             self.blind.start(self._odom_state, self._odom_stamp_ns)
+        if self._blind_since_ns is None:
             self._blind_since_ns = now_ns
         predicted = self.blind.predict(now_ns)
         c = self.config
