@@ -74,10 +74,21 @@ class CommandHistory:
 
     def add(self, sent_ns: int, action: Sequence[float]) -> None:
         """Record ``action`` (4,) sent at ``sent_ns``; forget what is older than the window."""
-        self._items.append((int(sent_ns), tuple(float(a) for a in action)))
-        if self._items[0][0] < sent_ns - self._keep_ns:
-            cutoff = sent_ns - self._keep_ns
-            self._items = [item for item in self._items if item[0] >= cutoff]
+        a0, a1, a2, a3 = action
+        self._items.append((int(sent_ns), (float(a0), float(a1), float(a2), float(a3))))
+        cutoff = sent_ns - self._keep_ns
+        drop = 0
+        while self._items[drop][0] < cutoff:
+            drop += 1
+        if drop:
+            del self._items[:drop]
+
+    def acting_at(self, at_ns: int, delay_ns: int, default: Sequence[float]) -> tuple[float, ...]:
+        """The command acting on the vehicle at ``at_ns`` (``default`` before any)."""
+        for sent_ns, action in reversed(self._items):
+            if sent_ns + delay_ns <= at_ns:
+                return action
+        return tuple(default)
 
     def clear(self) -> None:
         """Forget every command."""
@@ -138,7 +149,7 @@ class DisturbanceEstimator:
 
     def update(self, stamp_ns: int, state: np.ndarray, thrust_n: float) -> None:
         """Fold in odometry ``state`` (13,) at ``stamp_ns``, flown with ``thrust_n`` acting."""
-        velocity = [float(v) for v in state[7:10]]
+        velocity = state[7:10].tolist()
         previous, self._previous = self._previous, (stamp_ns, velocity)
         if previous is None or stamp_ns <= previous[0]:
             return
@@ -229,8 +240,8 @@ class BlindEstimator:
     def observe(self, stamp_ns: int, state: np.ndarray, now_ns: int) -> None:
         """A good odometry sample: learn the disturbance from it (with the thrust acting at its
         stamp) and stop any prediction."""
-        segments = self.history.segments(stamp_ns, stamp_ns + 1, self._delay_ns, self._hover)
-        self.disturbance.update(stamp_ns, state, segments[-1][1][0])
+        acting = self.history.acting_at(stamp_ns, self._delay_ns, self._hover)
+        self.disturbance.update(stamp_ns, state, acting[0])
         self._at_ns = None
 
     def record(self, sent_ns: int, action: Sequence[float]) -> None:
@@ -325,7 +336,9 @@ class BlindEstimator:
 
 def body_z(quaternion_wxyz: Sequence[float]) -> tuple[float, float, float]:
     """World direction (3,) of the body z axis of unit ``quaternion_wxyz`` (4,)."""
-    w, x, y, z = (float(c) for c in quaternion_wxyz)
+    if isinstance(quaternion_wxyz, np.ndarray):  # arithmetic on numpy scalars is slow
+        quaternion_wxyz = quaternion_wxyz.tolist()
+    w, x, y, z = quaternion_wxyz
     return (2.0 * (x * z + w * y), 2.0 * (y * z - w * x), 1.0 - 2.0 * (x * x + y * y))
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vnd_core.flight.blind import tilt_rad
-from vnd_core.state import POS, QUAT, VEL
+from vnd_core.state import POS, QUAT
 
 NS_PER_S = 1_000_000_000
 Vec3 = tuple[float, float, float]
@@ -112,15 +112,12 @@ class OdometryGuard:
         if last_state is None or last_stamp_ns is None:
             return None
         c = self.config
-        pose_equal = np.array_equal(state[POS], last_state[POS]) and np.array_equal(
-            state[QUAT], last_state[QUAT]
-        )
-        self._repeats = self._repeats + 1 if pose_equal else 0
+        new, old = state[0:7].tolist(), last_state[0:10].tolist()
+        self._repeats = self._repeats + 1 if new == old[0:7] else 0
         if c.odom_frozen_samples and self._repeats >= c.odom_frozen_samples and not resting:
             return Verdict(FAULT_ODOM_FROZEN, f"pose repeated {self._repeats} times")
         dt_s = max((stamp_ns - last_stamp_ns) / NS_PER_S, 0.0)
-        predicted = last_state[POS] + last_state[VEL] * dt_s
-        miss_m = float(np.linalg.norm(state[POS] - predicted))
+        miss_m = math.sqrt(sum((new[i] - old[i] - old[7 + i] * dt_s) ** 2 for i in range(3)))
         gate_m = c.odom_jump_m + 0.5 * c.odom_jump_accel_mps2 * dt_s * dt_s
         if miss_m > gate_m:
             return Verdict(FAULT_ODOM_JUMP, f"position {miss_m:.2f} m from the prediction")
@@ -132,8 +129,8 @@ class PolicyEnvelope:
 
     def __init__(self, config: EnvelopeConfig, fence_min_m: Vec3, fence_max_m: Vec3) -> None:
         self.config = config
-        self._fence_min = np.asarray(fence_min_m, dtype=float)
-        self._fence_max = np.asarray(fence_max_m, dtype=float)
+        self._fence_min = tuple(float(v) for v in fence_min_m)
+        self._fence_max = tuple(float(v) for v in fence_max_m)
         self._off_track_ticks = 0
         self._tilted_ticks = 0
 
@@ -169,12 +166,14 @@ class PolicyEnvelope:
     def outside_fence(self, state: np.ndarray) -> Verdict | None:
         """Geofence: the position, or where the vehicle would stop braking at
         ``brake_accel_mps2``, outside the box."""
-        position = state[POS]
-        velocity = state[VEL]
-        speed = float(np.linalg.norm(velocity))
-        stop = position + velocity * (speed / (2.0 * self.config.brake_accel_mps2))
+        # Scalar arithmetic: a handful of numpy calls on 3-vectors cost more than the check.
+        px, py, pz, vx, vy, vz = (*state[0:3].tolist(), *state[7:10].tolist())
+        scale = math.sqrt(vx * vx + vy * vy + vz * vz) / (2.0 * self.config.brake_accel_mps2)
+        position = (px, py, pz)
+        stop = (px + vx * scale, py + vy * scale, pz + vz * scale)
         for point, what in ((position, "position"), (stop, "stopping point")):
-            if np.any(point < self._fence_min) or np.any(point > self._fence_max):
+            bounds = zip(point, self._fence_min, self._fence_max, strict=True)
+            if any(p < lo or p > hi for p, lo, hi in bounds):
                 where = ", ".join(f"{p:.2f}" for p in point)
                 return Verdict(FAULT_GEOFENCE, f"{what} ({where}) m outside the geofence")
         return None
