@@ -4,13 +4,23 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PKGS := vnd_core vnd_ros vnd_encoder vnd_policy vnd_learner vnd_sim vnd_bridges
 STAMP := $(VENV)/.installed
+# rclpy from the ROS 2 Jazzy PyPI wheels plus vnd_msgs built for it (scripts/ros_wheels.py).
+ROS_STAMP := $(VENV)/.ros-msgs.stamp
+ROS_INPUTS := requirements-ros.txt scripts/ros_wheels.py ros2_ws/src/vnd_msgs/CMakeLists.txt \
+	ros2_ws/src/vnd_msgs/package.xml $(wildcard ros2_ws/src/vnd_msgs/msg/*.msg) \
+	$(wildcard ros2_ws/src/vnd_ros/vnd_ros/msg_defs/*/msg/*.msg)
+# Where rclpy from the wheels finds its libraries (LD_LIBRARY_PATH), packages (AMENT_PREFIX_PATH)
+# and RMW (RMW_IMPLEMENTATION), and the loopback Fast DDS profile: evaluated after `make ros`.
+ROS_ENV = set -a && eval "$$($(PY) scripts/ros_wheels.py env --venv $(VENV))" && set +a
 # Every DDS participant we start stays on loopback (DESIGN.md section 2).
 export CYCLONEDDS_URI ?= file://$(CURDIR)/config/cyclonedds_loopback.xml
+export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_loopback.xml
+export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_loopback.xml
 export VND_MIDDLEWARE ?= dds
 # Control nodes and tests run torch single-threaded; the learner bounds its own threads.
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: setup test test-all demo bench lint format clean
+.PHONY: setup ros test test-all demo bench lint format clean
 
 setup: $(STAMP)
 
@@ -21,9 +31,16 @@ $(STAMP): requirements.txt $(foreach p,$(PKGS),ros2_ws/src/$(p)/setup.py)
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps $(foreach p,$(PKGS),-e ros2_ws/src/$(p))
 	touch $(STAMP)
 
+# Wheels, the Export.cmake fix and the message build; the stamp skips all of it when nothing
+# changed (a cold run takes minutes, a warm one a second).
+ros: $(ROS_STAMP)
+
+$(ROS_STAMP): $(STAMP) $(ROS_INPUTS)
+	$(PY) scripts/ros_wheels.py install --venv $(VENV)
+
 # pytest exits 5 when it collected nothing: that is a failure here, never a pass.
-test: setup
-	$(PY) -m pytest -q ; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected: failing"; exit 1; fi; exit $$rc
+test: setup ros
+	$(ROS_ENV) && $(PY) -m pytest -q ; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected: failing"; exit 1; fi; exit $$rc
 
 demo: setup
 	$(VENV)/bin/vnd fly --scenario recurring_wind
