@@ -84,7 +84,11 @@ class Harness:
 
 
 def start_bridge(executable: str, namespace: str, params: list[str]) -> subprocess.Popen:
-    env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        PYTHONUNBUFFERED="1",
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
     return subprocess.Popen(
         [

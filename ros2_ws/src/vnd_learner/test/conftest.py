@@ -24,7 +24,11 @@ class LearnerProcess:
     def __init__(self, params: dict[str, str], cwd: Path, ros_args: tuple[str, ...] = ()) -> None:
         args = [arg for name, value in params.items() for arg in ("-p", f"{name}:={value}")]
         args = [*ros_args, *args]
-        env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+            PYTHONUNBUFFERED="1",
+        )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "vnd_learner.learner_node", "--ros-args", *args],
             stdout=subprocess.PIPE,

@@ -1,6 +1,7 @@
 """Test harness for the flight nodes (shared by the vnd_policy and vnd_encoder tests).
 
-- :class:`NodeProcess`: one flight node run as its own OS process over the dds backend;
+- :class:`NodeProcess`: one flight node run as its own OS process, on the dds backend or (the
+  ``middleware`` fixture) rclpy;
 - :class:`Peer`: the test's own DDS node in the same namespace and domain, spinning on a
   background thread, with publishers, recorders (arrival time + message) and timers;
 - :func:`make_bundles`: small real bundles plus corrupt, truncated, wrong-architecture and
@@ -45,11 +46,18 @@ SMALL_MODEL = VNDModelConfig(
 )
 
 
-def child_env() -> dict[str, str]:
-    """Environment of node processes: dds backend, loopback-only Cyclone, private domain."""
+def node_middleware() -> str:
+    """Backend of the node processes: the ``middleware`` fixture's choice (VND_NODE_MIDDLEWARE,
+    set by the root conftest), dds by default."""
+    return os.environ.get("VND_NODE_MIDDLEWARE", "dds")
+
+
+def child_env(middleware: str | None = None) -> dict[str, str]:
+    """Environment of node processes: ``middleware`` (default :func:`node_middleware`),
+    loopback-only Cyclone DDS and Fast DDS, private domain."""
     return dict(
         os.environ,
-        VND_MIDDLEWARE="dds",
+        VND_MIDDLEWARE=middleware or node_middleware(),
         ROS_DOMAIN_ID=str(DOMAIN_ID),
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS="1",
@@ -59,13 +67,14 @@ def child_env() -> dict[str, str]:
 class NodeProcess:
     """``python -m <module> --ros-args ...`` with its log lines (stderr) collected."""
 
-    def __init__(self, module: str, ros_args: list[str]) -> None:
+    def __init__(self, module: str, ros_args: list[str], middleware: str | None = None) -> None:
+        self.middleware = middleware or node_middleware()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "--ros-args", *ros_args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=child_env(),
+            env=child_env(self.middleware),
         )
         self.lines: list[str] = []
         self._new: queue.Queue[str] = queue.Queue()

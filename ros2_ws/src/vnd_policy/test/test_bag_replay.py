@@ -62,7 +62,12 @@ LATENT_LEAD_NS = 8_000_000  # a tick's latent goes out this long before its odom
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return dict(
+        os.environ,
+        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
 
 
 class NodeProcess:

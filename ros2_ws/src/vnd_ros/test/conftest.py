@@ -97,7 +97,11 @@ class PeerProcess:
 def spawn_peer() -> Iterator:
     """Factory: ``spawn_peer(['-p', 'role:=talker', ...])`` -> a started PeerProcess."""
     peers: list[PeerProcess] = []
-    env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        PYTHONUNBUFFERED="1",
+    )
 
     def spawn(ros_args: list[str]) -> PeerProcess:
         peer = PeerProcess(ros_args, env)

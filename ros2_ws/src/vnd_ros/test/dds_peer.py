@@ -10,7 +10,8 @@ Roles (parameter ``role``):
     bundle_listener  print 'BUNDLE <version> <bytes> <sha ok>' for each bundle received
     crash     dereference a null pointer from a timer callback (a C-extension crash)
 
-Prints 'READY <participant guid hex> <node fqn> <resolved topic>' once its entities exist,
+Runs on the backend VND_MIDDLEWARE selects. Prints 'READY <participant guid hex, or rclpy>
+<node fqn> <resolved topic>' once its entities exist,
 and 'EXIT clean' after a clean shutdown (SIGINT or SIGTERM).
 """
 
@@ -24,6 +25,7 @@ from vnd_ros import qos
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.runtime import (
+    BACKEND,
     ExternalShutdownException,
     Node,
     init,
@@ -77,7 +79,8 @@ class Peer(Node):
         self._ready(self.subscription.topic_name)
 
     def _heard(self, msg) -> None:
-        print(f"RECV {msg.data} malformed={self.subscription.malformed_count}", flush=True)
+        malformed = getattr(self.subscription, "malformed_count", 0)  # dds backend only
+        print(f"RECV {msg.data} malformed={malformed}", flush=True)
 
     def _start_echo(self) -> None:
         self.pub = self.create_publisher(
@@ -123,9 +126,11 @@ class Peer(Node):
         ctypes.string_at(0)  # SIGSEGV inside C code, like a faulty extension
 
     def _ready(self, topic: str) -> None:
-        from vnd_ros.dds_node import get_default_context
+        guid = "rclpy"  # rclpy does not expose its participant's GUID
+        if BACKEND == "dds":
+            from vnd_ros.dds_node import get_default_context
 
-        guid = get_default_context().participant.get_guid().bytes.hex()
+            guid = get_default_context().participant.get_guid().bytes.hex()
         print(f"READY {guid} {self.get_fully_qualified_name()} {topic}", flush=True)
 
 

@@ -48,7 +48,12 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    return dict(
+        os.environ,
+        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
 
 
 @pytest.fixture(scope="module")

@@ -97,7 +97,11 @@ class Outcome:
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1")
+    return dict(
+        os.environ,
+        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        PYTHONUNBUFFERED="1",
+    )
 
 
 def _start_fake_stack() -> subprocess.Popen:

@@ -26,9 +26,31 @@ def backend_name() -> str:
         return "rclpy" if rclpy_available() else "dds"
     if choice not in BACKENDS:
         raise ValueError(f"VND_MIDDLEWARE={choice!r}: expected one of rclpy, dds, auto")
-    if choice == "rclpy" and not rclpy_available():
-        raise ValueError("VND_MIDDLEWARE=rclpy but rclpy does not import: source a ROS 2 setup")
+    missing = _import_problem("rclpy" if choice == "rclpy" else "cyclonedds")
+    if missing:
+        raise BackendUnavailableError(f"VND_MIDDLEWARE={choice}: {missing}")
     return choice
+
+
+class BackendUnavailableError(ValueError):
+    """The selected backend's middleware does not import in this environment."""
+
+
+_HOW_TO_INSTALL = {
+    "rclpy": "run `make ros` (ROS 2 Jazzy from the PyPI wheels into this venv) or source "
+    "/opt/ros/jazzy/setup.bash",
+    "cyclonedds": "run `make setup` (installs the cyclonedds package of requirements.txt)",
+}
+
+
+def _import_problem(module: str) -> str | None:
+    """None when ``module`` imports, else one line: what failed and how to install it."""
+    try:
+        importlib.import_module(module)
+    except ImportError as error:  # also a shared library that does not load
+        first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return f"{module} does not import here ({first_line}); {_HOW_TO_INSTALL[module]}"
+    return None
 
 
 def ros_distro() -> str:

@@ -5,6 +5,7 @@ in rclpy; each call site keeps its own throttle/once state. Lines go to stderr a
 ``[LEVEL] [epoch_s.ns] [logger]: message``, the rcutils default format, and, like rcl's rosout
 handler, to the ``/rosout`` sink of the node owning the logger (``add_rosout_sink``): the
 node's own logger or a child of it (``vnd1.policy.safety`` goes to node ``vnd1.policy``).
+:class:`RclpyLogger` is the rclpy backend's node logger: the same filters, rcutils output.
 """
 
 from __future__ import annotations
@@ -151,6 +152,11 @@ class Logger:
             if throttle_duration_sec and recent:
                 return False
             site[0] = now_s
+        self._emit(severity, message, frame)
+        return True
+
+    def _emit(self, severity: str, message: str, frame: Any) -> None:
+        """Write the console line and hand the record to the node's /rosout sink."""
         stamp_ns = time.time_ns()
         sec, nsec = divmod(stamp_ns, 1_000_000_000)
         line = f"[{severity.upper()}] [{sec}.{nsec:09d}] [{self.name}]: {message}\n"
@@ -172,7 +178,55 @@ class Logger:
                 sink(record)
             finally:
                 _forwarding.active = False
-        return True
+
+
+class RclpyLogger(Logger):
+    """A node logger of the rclpy backend: rcutils levels and output (console, /rosout, log
+    file), with this module's per-call-site filters.
+
+    rclpy's own logger keys its once/throttle state by call site alone and raises ValueError
+    when one site logs at two severities (``log = logger.info if ok else logger.warning``, as
+    a node replying to a request that it accepts or refuses does); here the state is kept per
+    (site, severity) like the dds backend, and the message goes straight to rcutils with the
+    caller's function, file and line.
+    """
+
+    def get_child(self, suffix: str) -> RclpyLogger:
+        """Logger ``name.suffix``."""
+        return RclpyLogger(f"{self.name}.{suffix}")
+
+    def get_effective_level(self) -> int:
+        """Numeric severity threshold of this logger (rcutils)."""
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+
+        return int(_rclpy.rclpy_logging_get_logger_effective_level(self.name))
+
+    def set_level(self, level: str) -> None:
+        """Set this logger's threshold ('debug', 'info', 'warn', 'error', 'fatal')."""
+        from rclpy.logging import set_logger_level
+
+        set_logger_level(self.name, LEVELS[_ALIASES.get(level.lower(), level.lower())])
+
+    def is_enabled_for(self, severity: str) -> bool:
+        """True when a message of ``severity`` would be logged."""
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+        from rclpy.logging import LoggingSeverity
+
+        level = LoggingSeverity(LEVELS[severity])
+        return bool(_rclpy.rclpy_logging_logger_is_enabled_for(self.name, level))
+
+    def _emit(self, severity: str, message: str, frame: Any) -> None:
+        from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
+        from rclpy.logging import LoggingSeverity
+
+        _rclpy.rclpy_logging_rcutils_log(
+            LoggingSeverity(LEVELS[severity]),
+            self.name,
+            str(message),
+            frame.f_code.co_name,
+            frame.f_code.co_filename,
+            frame.f_lineno,
+        )
 
 
 def get_logger(name: str) -> Logger:

@@ -37,6 +37,7 @@ __all__ = [
     "message_definition",
     "message_type_name",
     "normalize_type_name",
+    "rosidl_message",
     "serialize",
     "to_rosbags",
     "type_hash",
@@ -98,6 +99,14 @@ def get_message(name: str, *, distro: str | None = None) -> type:
     if cls is None:
         cls = _LOOKUPS[key] = _get_message(name, _backend(key[2]), _distro(distro))
     return cls
+
+
+def rosidl_message(name: str) -> type:
+    """The rosidl (rclpy) class of ROS type ``name`` whatever the active backend, as
+    ``rosidl_runtime_py.utilities.get_message`` (not on PyPI) gives it.
+
+    Raises UnknownMessageTypeError saying how to build the package when it does not import."""
+    return _import_rosidl(normalize_type_name(name))
 
 
 def message_type_name(msg_or_cls: Any) -> str:
@@ -261,8 +270,9 @@ def _import_rosidl(msgtype: str) -> type:
         return getattr(importlib.import_module(f"{package}.msg"), class_name)
     except (ImportError, AttributeError) as error:
         raise UnknownMessageTypeError(
-            f"unknown message type '{msgtype}': {package}.msg.{class_name} does not import "
-            f"({error}); is the package built and its setup sourced?"
+            f"message type '{msgtype}' is not available to rclpy: {package}.msg.{class_name} "
+            f"does not import ({error}); build it with `make ros` (rclpy from the PyPI wheels) "
+            "or `colcon build` and source install/setup.bash (a ROS 2 install)"
         ) from error
 
 

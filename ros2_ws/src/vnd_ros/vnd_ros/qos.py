@@ -138,9 +138,14 @@ def to_cyclone_qos(qos: QoSProfile | int) -> Any:
 
 
 def to_rclpy_qos(qos: QoSProfile | int) -> Any:
-    """``rclpy.qos.QoSProfile`` equal to ``qos`` (imports rclpy: rclpy backend only)."""
+    """``rclpy.qos.QoSProfile`` equal to ``qos`` (imports rclpy: rclpy backend only).
+
+    An rclpy profile passes through unchanged: rclpy's own Node.__init__ creates its parameter
+    event and rosout publishers through the same overridden methods with rclpy profiles."""
     from rclpy import qos as rclpy_qos
 
+    if isinstance(qos, rclpy_qos.QoSProfile):
+        return qos
     profile = as_profile(qos)
     return rclpy_qos.QoSProfile(
         reliability=rclpy_qos.ReliabilityPolicy[profile.reliability.name],

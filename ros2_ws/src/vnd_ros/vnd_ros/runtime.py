@@ -23,11 +23,14 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
-from vnd_ros.backend import backend_name
+from vnd_ros.backend import BackendUnavailableError, backend_name
 from vnd_ros.log import get_logger
 from vnd_ros.ros_args import RosArgs, parse_ros_args
 
-BACKEND = backend_name()
+try:
+    BACKEND = backend_name()
+except BackendUnavailableError as _error:  # one line, not a traceback, for a node's start-up
+    raise SystemExit(f"[FATAL] cannot start: {_error}") from None
 
 _recorded_args: list[str] = []
 
@@ -41,26 +44,19 @@ if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
         ParameterNotDeclaredException,
     )
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.node import Node as _RclpyNode
     from rclpy.parameter import Parameter
 
-    from vnd_ros.qos import to_rclpy_qos
-
-    class Node(_RclpyNode):
-        """rclpy's Node, accepting the vnd_ros.qos profiles (or an int depth) like the dds one."""
-
-        def create_publisher(self, msg_type, topic, qos_profile, **kwargs):
-            """rclpy create_publisher with ``qos_profile`` converted to rclpy's type."""
-            return super().create_publisher(msg_type, topic, to_rclpy_qos(qos_profile), **kwargs)
-
-        def create_subscription(self, msg_type, topic, callback, qos_profile, **kwargs):
-            """rclpy create_subscription with ``qos_profile`` converted to rclpy's type."""
-            return super().create_subscription(
-                msg_type, topic, callback, to_rclpy_qos(qos_profile), **kwargs
-            )
+    from vnd_ros.rclpy_node import Node
 
     def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
-        """rclpy.init, remembering ``args`` for :func:`ros_arguments`."""
+        """rclpy.init, remembering ``args`` for :func:`ros_arguments`; exits with one line
+        saying how to build vnd_msgs when rclpy cannot import it."""
+        from vnd_ros.messages import UnknownMessageTypeError, rosidl_message
+
+        try:
+            rosidl_message("vnd_msgs/msg/NodeStatus")
+        except UnknownMessageTypeError as error:
+            raise SystemExit(f"[FATAL] cannot start: {error}") from None
         _recorded_args[:] = list(sys.argv if args is None else args)
         rclpy.init(args=args, **kwargs)
 

@@ -95,7 +95,12 @@ class Harness:
 
 
 def start_sim(namespace: str, scenario: Path) -> subprocess.Popen:
-    env = dict(os.environ, VND_MIDDLEWARE="dds", PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ,
+        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), env.get("PYTHONPATH")]))
     params = [f"scenario:={scenario}", f"real_time_factor:={RTF}", "seed:=3"]
     return subprocess.Popen(
