@@ -95,15 +95,13 @@ class PeerProcess:
 
 @pytest.fixture
 def spawn_peer() -> Iterator:
-    """Factory: ``spawn_peer(['-p', 'role:=talker', ...])`` -> a started PeerProcess."""
+    """Factory: ``spawn_peer(['-p', 'role:=talker', ...], middleware=None)`` -> a started
+    PeerProcess on ``middleware`` (default: the ``middleware`` fixture's, else dds)."""
     peers: list[PeerProcess] = []
-    env = dict(
-        os.environ,
-        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
-        PYTHONUNBUFFERED="1",
-    )
 
-    def spawn(ros_args: list[str]) -> PeerProcess:
+    def spawn(ros_args: list[str], middleware: str | None = None) -> PeerProcess:
+        chosen = middleware or os.environ.get("VND_NODE_MIDDLEWARE", "dds")
+        env = dict(os.environ, VND_MIDDLEWARE=chosen, PYTHONUNBUFFERED="1")
         peer = PeerProcess(ros_args, env)
         peers.append(peer)
         return peer

@@ -29,6 +29,7 @@ from vnd_ros.runtime import (
     ExternalShutdownException,
     Node,
     init,
+    ok,
     spin,
     start_node,
     try_shutdown,
@@ -143,6 +144,9 @@ def main(args: list[str] | None = None) -> int:
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        if ok():  # else a signal shut the context down as spin() started (rclpy raises)
+            raise
     finally:
         if node is not None:
             node.destroy_node()

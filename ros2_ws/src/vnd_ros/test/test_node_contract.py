@@ -211,13 +211,14 @@ def _dds_api():
 
 
 def _rclpy_api():  # pragma: no cover - needs a ROS 2 install
+    """rclpy with the project's rclpy Node (vnd_ros.rclpy_node: QoS conversion, logger)."""
     import rclpy
     from rcl_interfaces.msg import ParameterDescriptor
     from rclpy.exceptions import ParameterAlreadyDeclaredException, ParameterNotDeclaredException
     from rclpy.executors import SingleThreadedExecutor
-    from rclpy.node import Node
-    from rclpy.qos import qos_profile_system_default
-    from rosidl_runtime_py.utilities import get_message
+    from vnd_ros import qos
+    from vnd_ros.messages import rosidl_message
+    from vnd_ros.rclpy_node import Node
 
     ctx = rclpy.context.Context()
     rclpy.init(context=ctx)
@@ -225,8 +226,8 @@ def _rclpy_api():  # pragma: no cover - needs a ROS 2 install
         make_node=lambda name, **kw: Node(name, context=ctx, **kw),
         executor=lambda: SingleThreadedExecutor(context=ctx),
         close=lambda: rclpy.shutdown(context=ctx),
-        get_message=get_message,
-        qos_default=qos_profile_system_default,
+        get_message=rosidl_message,
+        qos_default=qos.qos_profile_default,
         ParameterDescriptor=ParameterDescriptor,
         AlreadyDeclared=ParameterAlreadyDeclaredException,
         NotDeclared=ParameterNotDeclaredException,
@@ -238,7 +239,7 @@ def api(request):
     """The node API of one backend; the rclpy case is skipped (with its reason) without ROS."""
     if request.param == "rclpy":
         if importlib.util.find_spec("rclpy") is None:
-            reason = "rclpy is not importable (no ROS 2 install sourced): rclpy contract skipped"
+            reason = "rclpy is not importable (run `make ros`): rclpy contract skipped"
             print(reason)
             pytest.skip(reason)
         api = _rclpy_api()
@@ -305,6 +306,9 @@ def test_logger_and_clock(api):
         logger.warning("throttled", throttle_duration_sec=10.0)
     logger.debug("d")
     logger.error("e")
+    for accepted in (True, False, True):  # one call site, two severities (a refused request)
+        log = logger.info if accepted else logger.warning
+        assert log(f"request accepted={accepted}") is True
     now = node.get_clock().now()
     assert abs(now.nanoseconds - time.time_ns()) < 1e9
     stamp = now.to_msg()

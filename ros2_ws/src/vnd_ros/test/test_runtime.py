@@ -1,4 +1,8 @@
-"""The dds backend with real OS processes: matching, QoS, late joiners, signals, bad samples."""
+"""Node processes on both backends: matching, QoS, late joiners, signals, bad samples.
+
+Exchange and late-joiner tests run each pair of backends, mixed graphs included (an rclpy node
+on Fast DDS and a dds-backend node on Cyclone DDS in one domain); the participant and
+malformed-sample checks reach into Cyclone DDS and stay on the dds backend."""
 
 from __future__ import annotations
 
@@ -28,9 +32,23 @@ def _assert_in_order(seqs: list[int]) -> None:
     assert len(set(seqs)) == len(seqs), f"duplicate deliveries: {seqs}"
 
 
-def test_two_processes_exchange_reliable_messages(spawn_peer):
-    listener = spawn_peer(["-p", "role:=listener", "-p", "reliable:=true"])
-    talker = spawn_peer(["-p", "role:=talker", "-p", "period_s:=0.005", "-p", "reliable:=true"])
+PAIRS = [("dds", "dds"), ("rclpy", "rclpy"), ("rclpy", "dds"), ("dds", "rclpy")]
+
+
+def _skip_without_rclpy(*backends: str) -> None:
+    import importlib.util
+
+    if "rclpy" in backends and importlib.util.find_spec("rclpy") is None:
+        pytest.skip("rclpy is not installed: run `make ros`")
+
+
+@pytest.mark.parametrize(("listener_mw", "talker_mw"), PAIRS)
+def test_two_processes_exchange_reliable_messages(spawn_peer, listener_mw, talker_mw):
+    _skip_without_rclpy(listener_mw, talker_mw)
+    listener = spawn_peer(["-p", "role:=listener", "-p", "reliable:=true"], listener_mw)
+    talker = spawn_peer(
+        ["-p", "role:=talker", "-p", "period_s:=0.005", "-p", "reliable:=true"], talker_mw
+    )
     talker.wait_line("READY")
     listener.wait_line("READY")
     _assert_in_order(_received(listener, 20))
@@ -49,10 +67,12 @@ def test_best_effort_writer_matches_best_effort_reader_only(spawn_peer):
     )
 
 
-def test_transient_local_late_joiner_gets_last_bundle(spawn_peer):
-    publisher = spawn_peer(["-p", "role:=bundle", "-p", "topic:=vnd/model"])
+@pytest.mark.parametrize(("publisher_mw", "late_mw"), PAIRS)
+def test_transient_local_late_joiner_gets_last_bundle(spawn_peer, publisher_mw, late_mw):
+    _skip_without_rclpy(publisher_mw, late_mw)
+    publisher = spawn_peer(["-p", "role:=bundle", "-p", "topic:=vnd/model"], publisher_mw)
     publisher.wait_line("READY")
-    late = spawn_peer(["-p", "role:=bundle_listener", "-p", "topic:=vnd/model"])
+    late = spawn_peer(["-p", "role:=bundle_listener", "-p", "topic:=vnd/model"], late_mw)
     line = late.wait_line("BUNDLE")
     assert line == "BUNDLE 2 1000000 True"  # only the last of versions 1, 2; payload intact
     time.sleep(0.5)
@@ -85,6 +105,21 @@ def test_signal_exits_cleanly_and_deletes_participant(spawn_peer, signum):
         time.sleep(0.05)
     assert exit_s < 5
     assert not [x for x in node.stderr_lines if "Traceback" in x]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_rclpy_node_exits_cleanly_on_signals(spawn_peer, signum):
+    """rclpy turns SIGINT and SIGTERM into a context shutdown (ExternalShutdownException out
+    of spin): the node must destroy itself and exit 0 without a traceback."""
+    _skip_without_rclpy("rclpy")
+    node = spawn_peer(["-p", "role:=listener"], "rclpy")
+    assert node.wait_line("READY").split()[1] == "rclpy"
+    sent_at = time.monotonic()
+    node.send_signal(signum)
+    assert node.wait_exit(5) == 0, "\n".join(node.stderr_lines)
+    assert node.wait_line("EXIT", 1) == "EXIT clean"
+    assert time.monotonic() - sent_at < 5
+    assert not [x for x in node.stderr_lines if "Traceback" in x], node.stderr_lines
 
 
 def test_malformed_sample_is_counted_and_dropped(spawn_peer):

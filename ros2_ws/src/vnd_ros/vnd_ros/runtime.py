@@ -134,6 +134,11 @@ def spin_until_shutdown(node: Any) -> None:
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:
+        # A signal that shut the context down just before spin() set up its executor makes
+        # rclpy raise from a dead context: that is the shutdown asked for, not a crash.
+        if ok():
+            raise
     finally:
         node.destroy_node()
         try_shutdown()
