@@ -139,7 +139,7 @@ def bridge_output(proc: subprocess.Popen) -> str:
     return out
 
 
-def test_px4_bridge_forwards_and_stops_heartbeat(run_bridge):
+def test_px4_bridge_forwards_and_stops_heartbeat(run_bridge, middleware):
     namespace = unique_namespace()
     prefix = f"{namespace}/fmu/in"  # private PX4 topics: other tests may share the domain
     proc = run_bridge("px4_bridge_node", namespace, [f"fmu_prefix:={prefix}", MAX_AGE_PARAM])
@@ -171,7 +171,7 @@ def test_px4_bridge_forwards_and_stops_heartbeat(run_bridge):
     assert "command refused (mode)" in bridge_output(proc)
 
 
-def test_mavros_bridge_forwards_attitude_targets(run_bridge):
+def test_mavros_bridge_forwards_attitude_targets(run_bridge, middleware):
     namespace = unique_namespace()
     topic = f"{namespace}/mavros/setpoint_raw/attitude"
     proc = run_bridge(

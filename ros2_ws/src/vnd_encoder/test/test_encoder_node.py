@@ -11,7 +11,9 @@ from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profil
 MAX_GAP_MS = 150.0
 
 
-def test_latent_valid_after_c_ticks_invalid_after_gap_and_without_model(harness, bundles):
+def test_latent_valid_after_c_ticks_invalid_after_gap_and_without_model(
+    harness, bundles, middleware
+):
     H = harness
     c = H.CONTEXT_LEN
     d = H.SMALL_MODEL.action_delay_ticks  # transitions wait for their 2-tick-old action

@@ -13,7 +13,7 @@ SPEED_MPS = 1.0  # along world x
 YAW_RATE_RADPS = 0.5  # about body z
 
 
-def test_poses_become_odometry_with_velocity_and_bad_poses_are_counted(harness):
+def test_poses_become_odometry_with_velocity_and_bad_poses_are_counted(harness, middleware):
     H = harness
     node = H.NodeProcess(
         "vnd_encoder.pose_filter_node", ["-r", "__ns:=/pf", "-p", "status_period_s:=0.25"]

@@ -123,7 +123,7 @@ def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receiv
 
 
 def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
-    tmp_path: Path, start_learner, listen, make_bundle, tiny_learner_json, wait_gone
+    tmp_path: Path, start_learner, listen, make_bundle, tiny_learner_json, wait_gone, middleware
 ) -> None:
     import re
 

@@ -1,4 +1,5 @@
-"""The policy node as a real OS process over the dds backend, fed and observed by the test."""
+"""The policy node as a real OS process (dds backend; the `middleware` tests also on rclpy),
+fed and observed by the test's dds-backend peer."""
 
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ def test_ticks_records_nan_odometry_and_latent_versions(harness, bundles):
         node.stop()
 
 
-def test_stale_odometry_falls_back_within_a_tick_then_lands(harness, bundles):
+def test_stale_odometry_falls_back_within_a_tick_then_lands(harness, bundles, middleware):
     H = harness
     hold_s = 0.6
     node = start_policy(harness, bundles, "/pt_stale", "-p", f"safety.hold_timeout_s:={hold_s}")
@@ -172,7 +173,7 @@ def test_stale_odometry_falls_back_within_a_tick_then_lands(harness, bundles):
         node.stop()
 
 
-def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles):
+def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles, middleware):
     H = harness
     node = start_policy(harness, bundles, "/pt_ckpt")
     peer = H.Peer("/pt_ckpt")

@@ -6,6 +6,7 @@ works offline on a file."""
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import queue
 import subprocess
@@ -47,19 +48,28 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-def _env() -> dict[str, str]:
+# (policy node backend, CLI backend): both on one, and the CLI on each against the other.
+BACKEND_PAIRS = [("dds", "dds"), ("dds", "rclpy"), ("rclpy", "dds")]
+_backends = {"node": "dds", "cli": "dds"}  # the pair of the module's current policy node
+
+
+def _env(role: str = "node") -> dict[str, str]:
     return dict(
         os.environ,
-        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
+        VND_MIDDLEWARE=_backends[role],
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS="1",
     )
 
 
-@pytest.fixture(scope="module")
-def policy_node(bundles) -> Iterator[str]:
-    """A policy node process in a namespace of its own; yields the namespace."""
-    namespace = f"cpt{os.getpid()}"
+@pytest.fixture(scope="module", params=BACKEND_PAIRS, ids=lambda p: f"node_{p[0]}-cli_{p[1]}")
+def policy_node(request, bundles) -> Iterator[str]:
+    """A policy node process in a namespace of its own on one backend, asked by the CLI on
+    the pair's other; yields the namespace."""
+    if "rclpy" in request.param and importlib.util.find_spec("rclpy") is None:
+        pytest.skip("rclpy is not installed: run `make ros`")
+    _backends["node"], _backends["cli"] = request.param
+    namespace = f"cpt{os.getpid()}{request.param[0]}{request.param[1]}"
     cmd = [sys.executable, "-m", "vnd_policy.policy_node", "--ros-args", "-r"]
     cmd += [f"__ns:=/{namespace}", "-p", f"bundle:={bundles['v1']}"]
     proc = subprocess.Popen(
@@ -76,7 +86,7 @@ def policy_node(bundles) -> Iterator[str]:
         with contextlib.suppress(queue.Empty):
             seen.append(lines.get(timeout=1.0))
     yield namespace
-    proc.terminate()  # SIGTERM: the dds backend's spin returns and the node cleans up
+    proc.terminate()  # SIGTERM: spin returns (dds) or raises (rclpy); the node cleans up
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -89,7 +99,7 @@ def vnd(*args: str) -> subprocess.CompletedProcess:
         [sys.executable, "-m", "vnd_ros.cli", *args],
         capture_output=True,
         text=True,
-        env=_env(),
+        env=_env("cli"),
         timeout=CLI_TIMEOUT_S,
     )
 

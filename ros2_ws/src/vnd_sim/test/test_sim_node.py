@@ -1,5 +1,5 @@
-"""The sim node as a real process on the dds backend: it waits on its stand, starts at the first
-command, publishes best-effort mocap at the pose rate with stamps on simulated time, holds
+"""The sim node as a real process (on each backend, driven by the test's dds-backend peer): it
+waits on its stand, starts at the first command, publishes best-effort mocap at the pose rate with stamps on simulated time, holds
 height under hover thrust and climbs with more, plays the scenario's wind, and reports 'done'."""
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def stamp_ns(msg) -> int:
 
 
 @pytest.fixture
-def sim_run(tmp_path):
+def sim_run(tmp_path, middleware):
     """Start the sim, wait on the stand, hover, climb, run past the end; return the harness."""
     scenario = tmp_path / "sim_node_test.yaml"
     scenario.write_text(SCENARIO_YAML)
