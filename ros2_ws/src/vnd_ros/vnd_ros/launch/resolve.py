@@ -7,7 +7,6 @@ unknown package, bad substitution in an included file) is reported before any pr
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -33,6 +32,7 @@ from vnd_ros.launch.parser import (
 from vnd_ros.launch.source import LaunchError, Location
 from vnd_ros.launch.substitutions import Scope, Template, condition_value, evaluate
 from vnd_ros.paths import REPO_ROOT
+from vnd_ros.ros_env import node_environment
 
 OUTPUT_MODES = ("screen", "log", "both")
 MAX_INCLUDE_DEPTH = 32  # deeper means an include cycle
@@ -67,11 +67,9 @@ class ResolvedLaunch:
 
 
 def default_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default os.environ) with the project's loopback Cyclone config when unset."""
-    env = dict(os.environ if base is None else base)
-    if "CYCLONEDDS_URI" not in env and LOOPBACK_CYCLONEDDS.exists():
-        env["CYCLONEDDS_URI"] = f"file://{LOOPBACK_CYCLONEDDS}"
-    return env
+    """``base`` (default os.environ) with the project's loopback Cyclone config and Fast DDS
+    profile when unset, and what rclpy from the PyPI wheels needs (vnd_ros.ros_env)."""
+    return node_environment(base)
 
 
 def resolve_launch(
