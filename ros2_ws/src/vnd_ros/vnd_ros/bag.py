@@ -187,10 +187,13 @@ class NodeSession:
 
     def spin_once(self, timeout_s: float) -> bool:
         """Run ready callbacks, waiting up to ``timeout_s``; False once the runtime shut down
-        (SIGTERM under the dds backend), so callers' loops end."""
+        (SIGTERM: the dds backend's spin returns, rclpy's raises), so callers' loops end."""
         if not runtime.ok():
             return False
-        self.executor.spin_once(timeout_sec=timeout_s)
+        try:
+            self.executor.spin_once(timeout_sec=timeout_s)
+        except runtime.ExternalShutdownException:
+            return False
         return True
 
     def close(self) -> None:
