@@ -1,6 +1,7 @@
 """The sim node as a real process (on each backend, driven by the test's dds-backend peer): it
-waits on its stand, starts at the first command, publishes best-effort mocap at the pose rate with stamps on simulated time, holds
-height under hover thrust and climbs with more, plays the scenario's wind, and reports 'done'."""
+waits on its stand, starts at the first command, publishes best-effort mocap at the pose rate
+with stamps on simulated time, holds height under hover thrust and climbs with more, plays the
+scenario's wind, and reports 'done'."""
 
 from __future__ import annotations
 
