@@ -9,8 +9,8 @@ ROS_STAMP := $(VENV)/.ros-msgs.stamp
 ROS_INPUTS := requirements-ros.txt scripts/ros_wheels.py ros2_ws/src/vnd_msgs/CMakeLists.txt \
 	ros2_ws/src/vnd_msgs/package.xml $(wildcard ros2_ws/src/vnd_msgs/msg/*.msg) \
 	$(wildcard ros2_ws/src/vnd_ros/vnd_ros/msg_defs/*/msg/*.msg)
-# Where rclpy from the wheels finds its libraries (LD_LIBRARY_PATH), packages (AMENT_PREFIX_PATH)
-# and RMW (RMW_IMPLEMENTATION), and the loopback Fast DDS profile: evaluated after `make ros`.
+# Where rclpy from the wheels finds its libraries (LD_LIBRARY_PATH) and RMW (RMW_IMPLEMENTATION),
+# and the loopback Fast DDS profile: evaluated after `make ros`.
 ROS_ENV = set -a && eval "$$($(PY) scripts/ros_wheels.py env --venv $(VENV))" && set +a
 # Every DDS participant we start stays on loopback (DESIGN.md section 2).
 export CYCLONEDDS_URI ?= file://$(CURDIR)/config/cyclonedds_loopback.xml

@@ -3,6 +3,7 @@ node processes of a test run on the backend its ``middleware`` fixture selects."
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -32,11 +33,28 @@ def rclpy_ready() -> str | None:
     return None
 
 
+def _rclpy_messages_stale() -> str | None:
+    """Why the venv's rclpy messages do not match the .msg files here (None when they do)."""
+    script = _ROOT / "scripts" / "ros_wheels.py"
+    spec = importlib.util.spec_from_file_location("vnd_ros_wheels", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stamp = Path(sys.prefix) / module.STAMP_NAME
+    if not stamp.exists() or stamp.read_text().strip() != module.inputs_digest():
+        return (
+            f"vnd_msgs for rclpy were built from other .msg files or pins ({stamp}): run `make ros`"
+        )
+    return None
+
+
 @pytest.fixture(params=MIDDLEWARES)
 def middleware(request, monkeypatch) -> str:
     """Backend of the node processes this test starts (VND_MIDDLEWARE of the children); the
     test process's own peers stay on dds, so an ``rclpy`` run is a mixed graph as well."""
-    if request.param == "rclpy" and (reason := rclpy_ready()):
-        pytest.skip(reason)
+    if request.param == "rclpy":
+        if reason := rclpy_ready():
+            pytest.skip(reason)
+        if reason := _rclpy_messages_stale():
+            pytest.fail(reason)  # rclpy nodes would speak other types than the dds ones
     monkeypatch.setenv(NODE_MIDDLEWARE_VARIABLE, request.param)
     return request.param

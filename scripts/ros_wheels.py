@@ -17,7 +17,7 @@ the rosidl generators. The wheels have packaging defects, handled here and nowhe
   points them at this interpreter's headers and this venv's numpy.
 * The wheels ship no ``setup.bash`` for a venv; their ``ros_wheels_bootstrapper`` re-executes
   every Python start of the venv with ``LD_LIBRARY_PATH`` set. vnd_ros.ros_env gives the same
-  variables (plus ``AMENT_PREFIX_PATH`` and ``RMW_IMPLEMENTATION``) so the Makefile, the tests
+  variables (plus ``RMW_IMPLEMENTATION``) so the Makefile, the tests
   and the launcher set them once and no process needs re-executing.
 
 vnd_msgs (ros2_ws/src/vnd_msgs) and the bridges' vendored px4_msgs / mavros_msgs subsets
@@ -71,7 +71,7 @@ def ros_environment(venv: Path) -> dict[str, str]:
     )
 
     exported = ("CYCLONEDDS_URI", *FASTDDS_PROFILE_VARIABLES, "LD_LIBRARY_PATH")
-    exported += ("AMENT_PREFIX_PATH", "RMW_IMPLEMENTATION", BOOTSTRAP_GUARD)
+    exported += ("RMW_IMPLEMENTATION", BOOTSTRAP_GUARD)
 
     env = wheel_environment(loopback_environment(os.environ), prefix=venv.resolve())
     if BOOTSTRAP_GUARD not in env:
@@ -164,6 +164,7 @@ def build_package(src: Path, build_dir: Path, venv: Path, jobs: int) -> None:
     venv = venv.resolve()
     env = dict(os.environ)
     env.update(ros_environment(venv))
+    env["AMENT_PREFIX_PATH"] = str(venv)  # where CMake finds the wheels' packages
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     build_dir.mkdir(parents=True, exist_ok=True)
     configure = [

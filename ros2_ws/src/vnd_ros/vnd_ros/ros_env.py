@@ -7,10 +7,13 @@ is set to the project's loopback file only when unset, so a flight computer's ow
 
 When rclpy comes from the ``ros-jazzy-*`` wheels in this venv (``make ros``) rather than a
 sourced ``/opt/ros/jazzy``, its shared libraries live in ``<venv>/lib`` and
-``site-packages/ros_*.libs``: :func:`wheel_environment` gives the ``LD_LIBRARY_PATH``,
-``AMENT_PREFIX_PATH`` and ``RMW_IMPLEMENTATION`` that let it find them. The wheels'
-``ros_wheels_bootstrapper`` otherwise re-executes every Python start of the venv to set
-``LD_LIBRARY_PATH``; its guard variable is set too, as the variables are then already right.
+``site-packages/ros_*.libs``: :func:`wheel_environment` gives the ``LD_LIBRARY_PATH`` and
+``RMW_IMPLEMENTATION`` that let it find them (rmw and typesupport libraries are loaded by name
+through ``LD_LIBRARY_PATH``). ``AMENT_PREFIX_PATH`` is left as it is: with the venv on it, the
+dds backend would read vnd_msgs' definitions from the built copy in ``<venv>/share`` instead
+of the source tree, stale as soon as a ``.msg`` file changes before the next ``make ros``. The
+wheels' ``ros_wheels_bootstrapper`` otherwise re-executes every Python start of the venv to
+set ``LD_LIBRARY_PATH``; its guard variable is set too, as the variables are then right.
 """
 
 from __future__ import annotations
@@ -56,9 +59,7 @@ def wheel_environment(
     dirs = wheel_library_dirs(prefix)
     if not dirs:
         return env
-    root = str(Path(sys.prefix if prefix is None else prefix).resolve())
     env["LD_LIBRARY_PATH"] = _prepend([str(d.resolve()) for d in dirs], env.get("LD_LIBRARY_PATH"))
-    env["AMENT_PREFIX_PATH"] = _prepend([root], env.get("AMENT_PREFIX_PATH"))
     env.setdefault("RMW_IMPLEMENTATION", WHEEL_RMW)
     env[BOOTSTRAP_GUARD] = "1"
     return env
