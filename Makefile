@@ -12,7 +12,7 @@ ROS_INPUTS := requirements-ros.txt scripts/ros_wheels.py ros2_ws/src/vnd_msgs/CM
 # Where rclpy from the wheels finds its libraries (LD_LIBRARY_PATH) and RMW (RMW_IMPLEMENTATION),
 # and the loopback Fast DDS profile: evaluated after `make ros`.
 ROS_ENV = set -a && eval "$$($(PY) scripts/ros_wheels.py env --venv $(VENV))" && set +a
-# Every DDS participant we start stays on loopback (DESIGN.md section 2).
+# Every DDS participant we start stays on loopback (docs/operator_runbook.md, section 3).
 export CYCLONEDDS_URI ?= file://$(CURDIR)/config/cyclonedds_loopback.xml
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_loopback.xml
 export FASTRTPS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_loopback.xml
