@@ -85,6 +85,7 @@ class FaultOutcome:
     crashed: bool  # the plant flagged a crash
     landed: bool  # resting on the floor at the end
     holding: bool  # in the air at the end, slower than 0.3 m/s, inside the geofence
+    inside_geofence: bool  # at the end, inside the safety filter's geofence box
     time_to_level_s: float  # from the fault to the first tilt below LEVEL_DEG (inf: never)
     max_tilt_after_0_5_s_deg: float  # largest tilt from 0.5 s after the fault on
     excursion_m: float  # largest horizontal distance from the position at the fault
@@ -346,6 +347,7 @@ class _Loop:
             crashed=bool(trace["crashed"].any()),
             landed=landed,
             holding=not landed and speed < 0.3 and inside and final[2] > c.floor_z_m,
+            inside_geofence=inside,
             time_to_level_s=float(t_s[level[0]]) if level.size else math.inf,
             max_tilt_after_0_5_s_deg=float(tilts[t_s >= 0.5].max()) if np.any(t_s >= 0.5) else 0.0,
             excursion_m=float(horizontal.max()),
