@@ -34,8 +34,8 @@ import numpy as np
 from vnd_core.bundle import Bundle
 from vnd_core.flight.blind import tilt_rad
 from vnd_core.flight.controller import PolicyController
-from vnd_core.flight.fallback import yaw_of
-from vnd_core.flight.pose_filter import PoseFilter, quat_log
+from vnd_core.flight.fallback import FallbackController, yaw_of
+from vnd_core.flight.pose_filter import PoseFilter
 from vnd_core.flight.safety import Mode, SafetyConfig
 from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario, load_scenario, scenario_from_mapping
@@ -49,6 +49,7 @@ FAULTS = ("none", "stop", "freeze_fresh", "freeze_old", "jump", "half_rate", "na
 FLIGHT_STATES = ("hover", "figure8", "wind")
 RESPONSES = ("stack", "level_hover")
 LEVEL_DEG = 10.0  # "level" in time_to_level_s: tilt below this
+_UP = np.array([0.0, 0.0, 1.0])
 
 
 @dataclass(frozen=True)
@@ -162,17 +163,9 @@ class _OdometryFault:
 
 
 def _level_hover(vehicle: VehicleParams, truth: np.ndarray, yaw_rad: float) -> np.ndarray:
-    """Ideal cut to a level hover: rates that level the true attitude, thrust for the weight."""
-    w, x, y, z = truth[QUAT]
-    half = 0.5 * yaw_rad
-    # error rotation q^-1 * q_level, q_level = (cos, 0, 0, sin) of the yaw
-    ew = w * math.cos(half) + z * math.sin(half)
-    ex = -x * math.cos(half) - y * math.sin(half)
-    ey = -y * math.cos(half) + x * math.sin(half)
-    ez = -z * math.cos(half) + w * math.sin(half)
-    if ew < 0:
-        ew, ex, ey, ez = -ew, -ex, -ey, -ez
-    rates = 6.0 * np.array(quat_log(ew, ex, ey, ez))
+    """Ideal cut to a level hover: rates that level the true attitude (the fallback's attitude
+    loop, heading ``yaw_rad``), thrust for the weight."""
+    rates = FallbackController(vehicle).attitude_rates(truth[QUAT], _UP, yaw_rad)
     cos_tilt = max(math.cos(tilt_rad(truth[QUAT])), 0.3)
     return np.array([vehicle.hover_thrust_n / cos_tilt, *rates])
 

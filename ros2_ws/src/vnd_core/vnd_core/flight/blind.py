@@ -237,7 +237,7 @@ class BlindEstimator:
         """The predicted state (13,) (a copy)."""
         return np.array(self._state)
 
-    def observe(self, stamp_ns: int, state: np.ndarray, now_ns: int) -> None:
+    def observe(self, stamp_ns: int, state: np.ndarray) -> None:
         """A good odometry sample: learn the disturbance from it (with the thrust acting at its
         stamp) and stop any prediction."""
         acting = self.history.acting_at(stamp_ns, self._delay_ns, self._hover)

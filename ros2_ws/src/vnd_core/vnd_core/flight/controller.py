@@ -254,6 +254,9 @@ class PolicyController:
             parts.append(self._runner)
         snapshot = StateSnapshot(parts)
         try:
+            # The rehearsal repeats the last tick's odometry to warm the path of the next fresh
+            # sample; it must not take (and pay for) the late-odometry prediction instead.
+            self._last_stamp_ns = None
             return self.tick(now_ns, state, stamp_ns, bundle, latent)
         finally:
             snapshot.restore()

@@ -285,10 +285,11 @@ class SafetyFilter:
         dt_s = self._tick_dt_s(now_ns)
         self._details = {}
         faults = self._ingest_odom(now_ns, odom_state, odom_stamp_ns)
-        faults += self._check_action(action)
+        action_faults = self._check_action(action)
+        faults += action_faults
         odom_good = not any(f in _ODOM_FAULTS for f in faults)
         if odom_good:
-            faults += self._check_envelope(action, reference_m)
+            faults += self._check_envelope(None if action_faults else action, reference_m)
         if self.suspended is not None:
             faults.append(POLICY_SUSPENDED)
         self._advance_mode(now_ns, faults, odom_good)
@@ -382,7 +383,7 @@ class SafetyFilter:
                     # about the air (the weight alone would read as a lifting force).
                     self.blind.disturbance.reset()
                 else:
-                    self.blind.observe(stamp_ns, state, now_ns)
+                    self.blind.observe(stamp_ns, state)
             else:
                 faults.append(self._fault(verdict))
         if self._odom_stamp_ns is None:
@@ -413,18 +414,16 @@ class SafetyFilter:
     def _check_envelope(
         self, action: np.ndarray | None, reference_m: np.ndarray | None
     ) -> list[str]:
-        """Geofence always; the policy envelope while the policy flies or is about to."""
+        """Geofence always; the policy envelope while the policy flies or is about to.
+        ``action``: the policy's action, None when missing or malformed (already a fault)."""
         state = self._odom_state
         faults = []
         fence = self._envelope.outside_fence(state)
         if fence is not None:
             faults.append(self._fault(fence))
         if self.mode in (Mode.IDLE, Mode.POLICY):
-            ok_action = None if action is None else np.asarray(action, dtype=float)
-            if ok_action is not None and not np.isfinite(ok_action).all():
-                ok_action = None
             tracked = reference_m if self.mode == Mode.POLICY else None  # not flying yet
-            verdict = self._envelope.check(state, ok_action, tracked)
+            verdict = self._envelope.check(state, action, tracked)
             if verdict is not None:
                 faults.append(self._fault(verdict))
                 if self.mode == Mode.POLICY and verdict.reason in ENVELOPE_FAULTS:
