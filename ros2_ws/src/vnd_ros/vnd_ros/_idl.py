@@ -35,7 +35,7 @@ from cyclonedds.idl._support import Endianness
 from rosbags.typesys.base import Nodetype
 
 from vnd_ros._cdr import CodecFactory
-from vnd_ros.messages import dds_type_name
+from vnd_ros.names import dds_type_name
 
 LITTLE_ENDIAN = Endianness.Little  # ROS 2 writes little-endian CDR
 CDR_LE_PREFIX = b"\x00\x01"  # first two header bytes of little-endian classic CDR

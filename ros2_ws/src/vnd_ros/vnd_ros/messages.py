@@ -26,6 +26,7 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 from vnd_ros import backend
+from vnd_ros.names import dds_type_name, normalize_type_name
 from vnd_ros.paths import find_package_share
 
 __all__ = [
@@ -57,28 +58,12 @@ class UnknownMessageTypeError(LookupError):
     standard types define (or, under rclpy, whose rosidl package does not import)."""
 
 
-def normalize_type_name(name: str) -> str:
-    """``pkg/msg/Name`` (also accepts ``pkg/Name``); ValueError naming a malformed name."""
-    parts = name.strip().split("/")
-    if len(parts) == 2:
-        parts.insert(1, "msg")
-    if len(parts) != 3 or parts[1] != "msg" or not all(parts):
-        raise ValueError(f"message type name {name!r}: expected 'package/msg/Name'")
-    return "/".join(parts)
-
-
 def typestore(distro: str | None = None) -> Typestore:
     """rosbags typestore of ``distro`` (default ``ros_distro()``) with vnd_msgs registered.
 
     Bag writers use it for ``serialize_cdr``/``generate_msgdef``; do not register into it.
     """
     return _typestore(_distro(distro))
-
-
-def dds_type_name(name: str) -> str:
-    """DDS type name of a ROS message type: ``pkg/msg/Name`` -> ``pkg::msg::dds_::Name_``."""
-    package, interface, class_name = normalize_type_name(name).split("/")
-    return f"{package}::{interface}::dds_::{class_name}_"
 
 
 def get_message(name: str, *, distro: str | None = None) -> type:

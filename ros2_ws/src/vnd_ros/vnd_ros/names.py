@@ -1,4 +1,5 @@
-"""ROS 2 name rules shared by the dds backend, the argument parser and the graph tools.
+"""ROS 2 name rules shared by the dds backend, the message classes, the argument parser and the
+graph tools.
 
 Node names, namespaces and topic names follow rcl: node names are ``[A-Za-z_][A-Za-z0-9_]*``,
 namespaces are absolute (``/`` or ``/a/b``), topic names resolve relative to the node namespace,
@@ -79,9 +80,20 @@ def ros_topic_name(dds_topic: str) -> str | None:
     return dds_topic[len(prefix) - 1 :] if dds_topic.startswith(prefix) else None
 
 
+def normalize_type_name(name: str) -> str:
+    """``pkg/msg/Name`` (also accepts ``pkg/Name``); ValueError naming a malformed name."""
+    parts = name.strip().split("/")
+    if len(parts) == 2:
+        parts.insert(1, "msg")
+    if len(parts) != 3 or parts[1] != "msg" or not all(parts):
+        raise ValueError(f"message type name {name!r}: expected 'package/msg/Name'")
+    return "/".join(parts)
+
+
 def dds_type_name(ros_type: str) -> str:
-    """DDS type name of a ROS type ('pkg/msg/Name' -> 'pkg::msg::dds_::Name_')."""
-    package, kind, name = ros_type.split("/")
+    """DDS type name of a ROS message type (``pkg/msg/Name`` or ``pkg/Name`` ->
+    ``pkg::msg::dds_::Name_``), the name rmw gives the type on the wire."""
+    package, kind, name = normalize_type_name(ros_type).split("/")
     return f"{package}::{kind}::dds_::{name}_"
 
 
