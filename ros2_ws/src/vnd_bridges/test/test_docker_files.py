@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[4]
 DOCKER = REPO / "docker"
 SRC = REPO / "ros2_ws/src"
 FLIGHT_LAUNCH = "launch/vnd_flight.launch.yaml"
-# What the onboard stack must start (issue 4): pose filter, encoder, policy and a bridge.
+# What the onboard stack must start: pose filter, encoder, policy and a bridge.
 ONBOARD_EXECUTABLES = {
     ("vnd_encoder", "pose_filter_node"),
     ("vnd_encoder", "encoder_node"),

@@ -1,6 +1,6 @@
 """Versioned model bundles: one safetensors file, JSON metadata, sha256, strict validation.
 
-Layout of a bundle file (DESIGN.md section 4):
+Layout of a bundle file (docs/architecture.md, "Checkpoints"):
 
 - tensors: the policy's ``state_dict`` under ``policy.`` (weights and the observation normaliser
   buffers) and, optionally, a VND model's ``state_dict`` under ``model.``;

@@ -1,4 +1,4 @@
-"""State and action layout shared by every part of the stack (DESIGN.md section 4).
+"""State and action layout shared by every part of the stack (docs/architecture.md).
 
 State (13): p (3, m, ENU world), q (4, w x y z, body to world), v (3, m/s world),
 omega (3, rad/s, FLU body). Action (4): collective thrust (N), body-rate command (3, rad/s FLU).

@@ -7,7 +7,7 @@
 - :func:`make_bundles`: small real bundles plus corrupt, truncated, wrong-architecture and
   wrong-vehicle files.
 
-Every test session uses its own DDS domain (from the pid) so parallel test runs of other
+Every test process uses its own DDS domain (from the pid) so parallel test runs of other
 packages never see these topics; all traffic stays on loopback (CYCLONEDDS_URI).
 """
 
@@ -38,7 +38,7 @@ from vnd_core.vnd import VNDModel, VNDModelConfig
 ROOT = Path(__file__).resolve().parents[4]
 # Loopback only, also when the harness is used outside pytest (the root conftest sets it too).
 os.environ.setdefault("CYCLONEDDS_URI", f"file://{ROOT / 'config' / 'cyclonedds_loopback.xml'}")
-DOMAIN_ID = 100 + os.getpid() % 100  # private DDS domain of this test session
+DOMAIN_ID = 100 + os.getpid() % 100  # private DDS domain of this test process
 START_TIMEOUT_S = 60.0  # importing torch on a busy 2-core machine takes a while
 CONTEXT_LEN = 5  # C of the test bundles' encoders
 SMALL_MODEL = VNDModelConfig(

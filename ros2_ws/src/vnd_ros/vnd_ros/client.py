@@ -1,6 +1,6 @@
 """Operator-side access to a running stack: checkpoint requests and status snapshots over topics.
 
-Requests and answers are topics (DESIGN.md section 2: services do not cross DDS vendors):
+Requests and answers are topics, because services do not reliably cross DDS vendors:
 :meth:`StackClient.checkpoint` publishes a ``vnd_msgs/CheckpointCommand`` with a fresh request
 id on ``/<ns>/vnd/checkpoint/command`` and collects the ``vnd_msgs/CheckpointStatus`` answers
 carrying that id. Which nodes must answer is read from the graph, not from a fixed wait after

@@ -1,4 +1,4 @@
-"""Evaluation of adaptation methods (``vnd eval``) and offline replay tools (issue 5 items 7-9).
+"""Evaluation of adaptation methods (``vnd eval``) and offline replay tools.
 
 - :mod:`baselines`: the domain-randomised and oracle policies (a parametric disturbance model
   on top of the prior) and the oracle's true-disturbance input.

@@ -2,11 +2,11 @@
 
 On a virtual machine the hypervisor can take a vCPU away for milliseconds at a time ("steal"
 time: the vCPU was ready to run and the host ran something else). No scheduling class inside
-the guest helps against that, SCHED_FIFO included. In three demo runs of 2026-11-30 the 10-s
-windows with less than 1 % steal had a control-path p99 of 1.1-1.4 ms and 1-2 late ticks per
-run, the windows with 1-7 % steal 2.5-3.7 ms and 3-8. So ``vnd fly`` samples the machine's CPU
-times ten times a second; the report splits the control latency by the steal of each 10-s
-window, and tells the late ticks during which the machine lost time to steal from the others.
+the guest helps against that, SCHED_FIFO included, and on a 2-vCPU guest the control path's
+tail follows the steal: windows with steal have a p99 two to three times that of quiet ones.
+So ``vnd fly`` samples the machine's CPU times ten times a second; the report splits the
+control latency by the steal of each 10-s window, and tells the late ticks during which the
+machine lost time to steal from the others.
 
 Linux only (``/proc/stat``); elsewhere nothing is sampled and the report says so.
 """

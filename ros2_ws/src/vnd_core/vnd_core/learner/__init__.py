@@ -1,4 +1,4 @@
-"""The continual learner (issue 5 items 5 and 6), free of middleware.
+"""The continual learner, free of middleware.
 
 - :class:`TickRecords`: batches of control-tick records (what vnd/replay carries).
 - :class:`ReplayBuffer`: bounded, deduplicated storage with cluster-balanced eviction.
