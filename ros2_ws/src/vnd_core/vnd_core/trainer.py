@@ -54,11 +54,10 @@ class TrainerConfig:
     seed: int = 0  # seeds every random draw of the run
     dt_s: float = 0.02  # control period of the dynamics callable
     # tracking cost weights (per tick, averaged over environments)
-    # Position weights 3x the earlier 1.0 / 0.5, shared by the base and the learner's policy
-    # training: the base policy flies a 4 m/s wind at 0.114 m instead of 0.164 m and calm air at
-    # 0.022 m instead of 0.025 m; in the demo the returning wind A flies at 0.029-0.060 m. 4.5
-    # and 6 track calm air closer still, but in a demo each the returning wind A flew no better
-    # (0.044 and 0.048 m).
+    # Position weights shared by the base and the learner's policy training: with them the base
+    # policy flies a 4 m/s wind at 0.114 m and calm air at 0.022 m, against 0.164 m and 0.025 m
+    # with a third of them. Stiffer weights (4.5, 6) track calm air closer still, but the
+    # demo's returning wind A flies no better with them (0.044 and 0.048 m).
     w_pos: float = 3.0  # squared position error, per m^2
     w_pos_abs: float = 1.5  # position error norm, per m (sharpens the optimum near zero)
     w_vel: float = 0.05  # squared velocity error, per (m/s)^2

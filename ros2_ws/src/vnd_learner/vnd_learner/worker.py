@@ -217,7 +217,7 @@ def _enter_idle_class() -> None:
     """Switch this process (and the threads it starts later) to SCHED_IDLE where the OS has it.
 
     Nice 10 still takes a share of a core from a busy flight process; SCHED_IDLE takes none.
-    Measured on the 2-core demo stack: see benchmarks/results (control_latency.py).
+    ``benchmarks/control_latency.py`` measures the control path with the worker training.
     """
     if not hasattr(os, "SCHED_IDLE"):
         return

@@ -1,4 +1,4 @@
-"""Policy training on the learned model (issue 5 item 5).
+"""Policy training on the learned model.
 
 The trainer of the simulation core runs unchanged; only its dynamics and its latent change:
 ``dynamics = prior ⊕ D(., ., z)`` of the freshly fitted VND model (weights frozen, gradients

@@ -39,9 +39,9 @@ class VNDModelConfig:
 
     latent_dim: int = 8  # size of z
     # C: context transitions the encoder reads (0.24 s at 50 Hz). The latent follows a change
-    # once about half the window holds the new condition: with 20 it reached a returning wind
-    # 0.3 s after the onset (each 0.1 s of that adds 0.1-0.2 s of recovery); with 12 the demo
-    # recovered in 0.86 / 0.94 s against 1.02-1.12 s, with no loss of steady tracking (session 13).
+    # once about half the window holds the new condition, and each 0.1 s it lags adds 0.1-0.2 s
+    # of recovery: the demo recovers a returning wind in about 0.9 s with 12 against about
+    # 1.05 s with 20, with the same steady tracking.
     context_len: int = 12
     encoder_hidden: int = 32  # GRU hidden size
     residual_hidden: tuple[int, ...] = (64, 64)  # FiLM-modulated hidden layers of the residual
