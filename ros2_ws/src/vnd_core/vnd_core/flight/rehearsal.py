@@ -3,8 +3,8 @@
 Why: on the 2-core target (a shared EPYC VM, 512 KB L2 per core) the policy tick's code and
 data leave the caches within a few milliseconds, whether the core idles or runs other work in
 between. The same tick then costs about 1.1 ms of CPU instead of 0.25 ms when it runs right
-after another one (``benchmarks/tick_warmth.py``), and that difference was most of the 1.1-1.3
-ms odometry-to-command median in the demo. Running the tick once, with every effect undone,
+after another one (``benchmarks/tick_warmth.py``), and that difference is most of the demo's
+odometry-to-command median without a rehearsal. Running the tick once, with every effect undone,
 shortly before the next sample arrives brings the code and data back at a time when nobody
 waits for them.
 
