@@ -14,7 +14,7 @@ setup(
     ],
     install_requires=[
         "vnd_core",
-        "cyclonedds>=0.10.5",
+        "cyclonedds>=11.0.1,<11.1",  # private APIs: vnd_ros.cyclone_compat
         "rosbags>=0.10",
         "mcap>=1.1",
         "pyyaml>=6",

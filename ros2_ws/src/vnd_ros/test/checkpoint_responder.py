@@ -23,8 +23,8 @@ import os
 import sys
 import time
 
-from cyclonedds.core import Entity
 from cyclonedds.domain import DomainParticipant
+from vnd_ros.cyclone_compat import delete_entity
 from vnd_ros.messages import get_message
 from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
 from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
@@ -112,8 +112,7 @@ def main() -> int:
         print("READY", flush=True)
         # The node's own participant is up: the stand-in leaves the domain (deleted now, not
         # whenever Python would collect it).
-        Entity._entities.pop(stand_in._ref, None)
-        stand_in._delete(stand_in._ref)
+        delete_entity(stand_in)
         spin(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

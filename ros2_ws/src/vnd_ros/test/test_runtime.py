@@ -10,12 +10,12 @@ import signal
 import time
 
 import pytest
-from cyclonedds._clayer import ddspy_write
 from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsParticipant
 from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.topic import Topic
+from vnd_ros.cyclone_compat import write_cdr
 from vnd_ros.messages import get_message, serialize
 from vnd_ros.qos import qos_profile_default, to_cyclone_qos
 
@@ -135,9 +135,9 @@ def test_malformed_sample_is_counted_and_dropped(spawn_peer):
         time.sleep(0.05)
     # Cyclone itself rejects truncated CDR; what reaches Python intact but fails to decode is
     # e.g. a string that is not UTF-8 (as a C++ node may send): header, length 3, 0xff 0xfe.
-    assert ddspy_write(writer._ref, b"\x00\x01\x00\x00\x03\x00\x00\x00\xff\xfe\x00\x00") >= 0
+    assert write_cdr(writer, b"\x00\x01\x00\x00\x03\x00\x00\x00\xff\xfe\x00\x00") >= 0
     good = serialize(string_cls(data="after"))
-    assert ddspy_write(writer._ref, good.ljust((len(good) + 3) & ~3, b"\0")) >= 0
+    assert write_cdr(writer, good.ljust((len(good) + 3) & ~3, b"\0")) >= 0
     assert listener.wait_line("RECV") == "RECV after malformed=1"
     assert listener.proc.poll() is None, "listener died on a malformed sample"
 

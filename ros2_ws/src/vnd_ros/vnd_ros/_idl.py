@@ -26,18 +26,20 @@ from typing import Any
 
 from cyclonedds.idl import IdlMeta, IdlStruct
 from cyclonedds.idl import types as idl_types
-from cyclonedds.idl._machinery import (
-    ByteArrayMachine,
-    BytesMachine,
-    PlainCdrV2SequenceOfPrimitiveMachine,
-)
-from cyclonedds.idl._support import Endianness
 from rosbags.typesys.base import Nodetype
 
 from vnd_ros._cdr import CodecFactory
+from vnd_ros.cyclone_compat import (
+    LITTLE_ENDIAN,
+    ByteArrayMachine,
+    BytesMachine,
+    PlainCdrV2SequenceOfPrimitiveMachine,
+    idl_deserialize,
+    replace_member_machines,
+    struct_namespace,
+)
 from vnd_ros.names import dds_type_name
 
-LITTLE_ENDIAN = Endianness.Little  # ROS 2 writes little-endian CDR
 CDR_LE_PREFIX = b"\x00\x01"  # first two header bytes of little-endian classic CDR
 
 # One-byte element types that become ``bytes`` when they form an array or a sequence.
@@ -105,9 +107,8 @@ class IdlClassFactory:
 
     def _build(self, msgtype: str) -> type:
         constants, fields = self._fielddefs[msgtype]
-        namespace = IdlMeta.__prepare__(
-            msgtype.rsplit("/", 1)[1], (IdlStruct,), typename=dds_type_name(msgtype)
-        )
+        # Final extensibility keeps XCDR1 (an appendable/mutable struct would switch to XCDR2).
+        namespace = struct_namespace(msgtype.rsplit("/", 1)[1], dds_type_name(msgtype))
         declared = DECLARED_DEFAULTS.get(msgtype, {})
         for field_name, fielddesc in fields:
             annotation, default_factory = self._field(msgtype, field_name, fielddesc)
@@ -120,8 +121,6 @@ class IdlClassFactory:
         namespace["__msgtype__"] = msgtype
         namespace["__module__"] = self._module
         namespace["__qualname__"] = msgtype.rsplit("/", 1)[1]
-        # Final extensibility keeps XCDR1 (an appendable/mutable struct would switch to XCDR2).
-        namespace["__idl_annotations__"]["extensibility"] = "final"
         cls = dataclasses.dataclass(IdlMeta(namespace["__qualname__"], (IdlStruct,), namespace))
         _adapt_machines(cls, fields)
         self._classes[msgtype] = cls  # the decoder refers to the class itself
@@ -165,7 +164,7 @@ def _install_codec(cls: type, encode: Callable, decode: Callable) -> None:
     ) -> Any:
         if has_header and use_version_2 is None and bytes(data[:2]) == CDR_LE_PREFIX:
             return decode(data)
-        return klass.__idl__.deserialize(data, has_header=has_header, use_version_2=use_version_2)
+        return idl_deserialize(klass, data, has_header=has_header, use_version_2=use_version_2)
 
     cls.serialize = serialize
     cls.deserialize = classmethod(deserialize)
@@ -249,11 +248,8 @@ def _adapt_machines(cls: type, fields: list[tuple[str, tuple]]) -> None:
             )
         elif (element := _primitive_sequence(fielddesc)) is not None:
             swaps[name] = _PrimitiveSequenceMachine(PRIMITIVE_ANNOTATIONS[element])
-    if not swaps:
-        return
-    cls.__idl__.populate()
-    for machine in (cls.__idl__.v1_machine, cls.__idl__.v2_machine):
-        machine.members_machines.update(swaps)
+    if swaps:
+        replace_member_machines(cls, swaps)
 
 
 def _constant(value: Any) -> Callable[[], Any]:

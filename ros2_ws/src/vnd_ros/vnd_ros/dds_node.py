@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from cyclonedds._clayer import ddspy_take, ddspy_write
 from cyclonedds.core import (
     DDSException,
     Entity,
@@ -43,6 +42,7 @@ from cyclonedds.topic import Topic
 from vnd_ros import log
 from vnd_ros.backend import ros_distro
 from vnd_ros.clock import NS_PER_S, Clock
+from vnd_ros.cyclone_compat import delete_entity, forget_entity, take_cdr, write_cdr
 from vnd_ros.names import (
     dds_topic_name,
     fully_qualified_name,
@@ -70,19 +70,6 @@ _ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
 
 class NotInitializedError(RuntimeError):
     """A node or an executor was used before ``init()`` or after ``shutdown()``."""
-
-
-def _delete_entity(entity: Entity | None) -> None:
-    """Delete a DDS entity now (not when Python collects it); a second delete is a no-op."""
-    if entity is not None and entity._ref in Entity._entities:
-        del Entity._entities[entity._ref]
-        entity._delete(entity._ref)
-
-
-def _forget_entity(entity: Entity | None) -> None:
-    """Stop Python from deleting ``entity`` later: its parent's deletion already did."""
-    if entity is not None:
-        Entity._entities.pop(entity._ref, None)
 
 
 class Context:
@@ -141,9 +128,9 @@ class Context:
                 if self.graph is not None:
                     self.graph.close()
                 for topic in self._topics.values():
-                    _forget_entity(topic)
-                _forget_entity(self.guard)
-                _delete_entity(self.participant)
+                    forget_entity(topic)
+                forget_entity(self.guard)
+                delete_entity(self.participant)
             finally:
                 if acquired:
                     self.spin_lock.release()
@@ -212,7 +199,7 @@ class Publisher:
             )
         data = msg.serialize()  # compiled XCDR1 codec of vnd_ros._cdr (about 10x faster)
         padded = data.ljust((len(data) + 3) & ~3, b"\0")  # Cyclone wants 4-byte multiples
-        ret = ddspy_write(self._writer._ref, padded)
+        ret = write_cdr(self._writer, padded)
         if ret < 0:
             raise DDSException(ret, f"while publishing on {self.topic_name}")
 
@@ -229,7 +216,7 @@ class Publisher:
         self._node.destroy_publisher(self)
 
     def _delete(self) -> None:
-        _delete_entity(self._writer)
+        delete_entity(self._writer)
 
 
 class Subscription:
@@ -264,7 +251,7 @@ class Subscription:
 
     def take_messages(self) -> list[Any]:
         """Up to TAKE_BATCH received messages, oldest first; malformed ones counted, dropped."""
-        samples = ddspy_take(self._reader._ref, _ANY_STATE, TAKE_BATCH)
+        samples = take_cdr(self._reader, _ANY_STATE, TAKE_BATCH)
         if isinstance(samples, int):
             raise DDSException(samples, f"while taking from {self.topic_name}")
         messages = []
@@ -292,8 +279,8 @@ class Subscription:
 
     def _delete(self) -> None:
         self.alive = False
-        _delete_entity(self.condition)
-        _delete_entity(self._reader)
+        delete_entity(self.condition)
+        delete_entity(self._reader)
 
 
 class Timer:
@@ -701,7 +688,7 @@ class SingleThreadedExecutor:
     def shutdown(self) -> None:
         """Forget the nodes and release the WaitSet."""
         self._nodes.clear()
-        _delete_entity(self._waitset)
+        delete_entity(self._waitset)
         self._waitset = None
 
     def _wait_ns(self, end_ns: int | None) -> int | None:
@@ -726,9 +713,9 @@ class SingleThreadedExecutor:
         if self._waitset is not None and key == self._attached:
             return self._waitset
         if self._waitset is not None and self._attached.get(id(participant)):
-            _delete_entity(self._waitset)
+            delete_entity(self._waitset)
         else:  # its participant is gone and took the WaitSet with it
-            _forget_entity(self._waitset)
+            forget_entity(self._waitset)
         waitset = WaitSet(participant)
         waitset.attach(self.context.guard)
         for node in self._nodes:

@@ -22,13 +22,14 @@ from cyclonedds.builtin import (
     BuiltinTopicDcpsPublication,
     BuiltinTopicDcpsSubscription,
 )
-from cyclonedds.core import Entity, InstanceState, ReadCondition, SampleState, ViewState
+from cyclonedds.core import InstanceState, ReadCondition, SampleState, ViewState
 from cyclonedds.domain import DomainParticipant
 from cyclonedds.pub import DataWriter
 from cyclonedds.qos import Policy, Qos
 from cyclonedds.sub import DataReader
 from cyclonedds.topic import Topic
 
+from vnd_ros.cyclone_compat import delete_entity
 from vnd_ros.names import dds_topic_name, ros_topic_name, ros_type_name
 
 DISCOVERY_TOPIC = "ros_discovery_info"
@@ -95,9 +96,7 @@ class DiscoveryInfoPublisher:
         if self._writer is not None:
             self.publish([])
             writer, self._writer = self._writer, None
-            if writer._ref in Entity._entities:
-                del Entity._entities[writer._ref]
-                writer._delete(writer._ref)
+            delete_entity(writer)
 
 
 @dataclass(frozen=True)

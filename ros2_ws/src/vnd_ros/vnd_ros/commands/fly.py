@@ -465,13 +465,14 @@ class LatencyProbe:
 
     def poll(self) -> None:
         """Take everything received so far."""
-        from cyclonedds._clayer import ddspy_take
         from cyclonedds.core import InstanceState, SampleState, ViewState
+
+        from vnd_ros.cyclone_compat import take_cdr
 
         state = SampleState.Any | ViewState.Any | InstanceState.Any
         for key, (reader, deserialize) in self._readers.items():
             while True:
-                samples = ddspy_take(reader._ref, state, 256)
+                samples = take_cdr(reader, state, 256)
                 if isinstance(samples, int) or not samples:
                     break
                 for data, info in samples:
