@@ -95,7 +95,7 @@ def test_disturbance_estimate_finds_a_steady_wind_through_the_drag_law(wind_mps:
 def test_prediction_follows_the_true_plant_through_replayed_commands() -> None:
     """Odometry stops while a policy-like command sequence keeps changing the rates: the
     replay through the rate loop keeps the attitude within a degree of the truth over 0.5 s,
-    where freezing the last state (the old behaviour) is off by many degrees."""
+    where freezing the last state is off by many degrees."""
     plant = TruePlant(VEHICLE, config=QUIET)
     plant.reset(hover_state((1,)))
     blind = BlindEstimator(VEHICLE, BlindConfig(command_delay_s=plant.config.latency_s))

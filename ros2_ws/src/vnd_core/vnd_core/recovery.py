@@ -5,7 +5,7 @@ the phase. On a periodic reference (figure-eight, circle) "as well as it will" i
 number: under wind the steady error swings with the point of the figure (0.05 to 0.15 m on the
 figure-eight under 4 m/s wind). Compared against one steady level, that swing reads as "not yet
 recovered" whenever the vehicle is at a bad point of the figure, and the smaller the steady
-error the larger the swing is relative to it: an earlier definition gave the privileged oracle
+error the larger the swing is relative to it: measured that way, the privileged oracle takes
 1.8 s and the non-adapting base policy 0.2 s for the return of wind A. So the steady level is
 a profile over the reference period:
 

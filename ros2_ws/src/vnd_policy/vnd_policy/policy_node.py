@@ -334,8 +334,8 @@ class PolicyNode(Node):
         self._check_tick_interval()
         self.rate.add(published_ns)
         # Status goes out right after a command, when the next odometry is a period away: a
-        # timer firing just before an odometry sample delayed that tick's command by the
-        # status's cost (1-Hz pattern of > 2 ms ticks in a demo run).
+        # timer firing just before an odometry sample would delay that tick's command by the
+        # status's cost (a 1-Hz pattern of > 2 ms ticks).
         if self._status_due(published_ns):
             self.publish_status()
 
