@@ -204,23 +204,24 @@ def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
+    ("param", "message"),
     [
-        ('{"modle": {}}', "LearnerConfig has no field 'modle'"),
-        ('{"model": {"short_context_len": 40}}', "short_context_len must be within"),
-        ('{"trainer": {"switch_fraction": 2}}', "switch_fraction must be within"),
-        ("[1]", "must be a JSON object"),
-        ("{", "--learner-overrides"),
+        ("modle.latent_dim=4", "LearnerConfig has no section 'modle'"),
+        ("model.short_context_len=8", "LearnerConfig has no field 'model.short_context_len'"),
+        ("fit.batch_size=1", "batch_size must be >= 2"),
+        ("trainer.num_envs=0", "num_envs must be >= 1"),
+        ("trainer.iterations=many", "trainer: iterations: expected an integer, got 'many'"),
+        ("trainer.iterations", "expected NAME=VALUE"),
     ],
 )
-def test_learner_overrides_are_checked_before_anything_runs(overrides, message, tmp_path, capsys):
+def test_learner_params_are_checked_before_anything_runs(param, message, tmp_path, capsys):
     import argparse
 
     from vnd_core.commands import eval as eval_command
 
     parser = argparse.ArgumentParser()
     eval_command.add_arguments(parser)
-    args = parser.parse_args(["--out", str(tmp_path / "out"), "--learner-overrides", overrides])
+    args = parser.parse_args(["--out", str(tmp_path / "out"), "--learner-param", param])
     assert eval_command.run(args) == 2
     assert message in capsys.readouterr().out
     assert not (tmp_path / "out").exists()

@@ -275,11 +275,25 @@ def make_bundle() -> Callable[..., Any]:
 
 
 @pytest.fixture
-def tiny_learner_json() -> str:
-    """TINY_LEARNER as the learner_overrides parameter value (quoted for -p)."""
-    import json
+def tiny_learner_params() -> dict[str, str]:
+    """TINY_LEARNER as ``-p name:=value`` parameters (values written as YAML)."""
+    import yaml
+    from vnd_core.learner.settings import flatten
 
-    return "'" + json.dumps(TINY_LEARNER) + "'"
+    return {
+        name: yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+        for name, value in flatten(TINY_LEARNER).items()
+    }
+
+
+@pytest.fixture
+def tiny_learner_file(tmp_path: Path) -> Path:
+    """TINY_LEARNER as a parameters file with nested keys, for ``--params-file``."""
+    import yaml
+
+    path = tmp_path / "tiny_learner.yaml"
+    path.write_text(yaml.safe_dump({"/**": {"ros__parameters": TINY_LEARNER}}))
+    return path
 
 
 def process_gone(pid: int) -> bool:

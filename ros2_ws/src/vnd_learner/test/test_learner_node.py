@@ -71,7 +71,7 @@ def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receiv
     replay_publisher,
     listen,
     make_bundle,
-    tiny_learner_json,
+    tiny_learner_params,
     wait_gone,
 ) -> None:
     import hashlib
@@ -79,12 +79,19 @@ def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receiv
     import re
     import time
 
+    import yaml
     from vnd_core.bundle import load_bundle, save_bundle
     from vnd_ros.qos import qos_profile_model
 
     base = save_bundle(make_bundle(1), tmp_path / "base.safetensors")
     run_dir = tmp_path / "run"
-    params = {"run_dir": str(run_dir), "bundle": str(base), "learner_overrides": tiny_learner_json}
+    # the tiny learner as -p flags; 4 training iterations are neither the preset's nor TINY's
+    params = {
+        "run_dir": str(run_dir),
+        "bundle": str(base),
+        **tiny_learner_params,
+        "trainer.iterations": "4",
+    }
     status = listen(STATUS, "vnd/learner/status", qos_profile_status)
     first = start_learner(**params)
     replay_publisher.publish_records(flight_records(make_bundle), time.time_ns())
@@ -120,10 +127,14 @@ def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receiv
     assert [(e["version"], e["file"]) for e in index] == [(2, "v0002.safetensors")]
     assert index[0]["sha256"] == msg.sha256 and index[0]["published_wall_s"] is not None
     assert (run_dir / "bundles" / "v0002.safetensors").read_bytes() == bytes(msg.payload)
+    # -p trainer.iterations reached the worker's policy training, through its typed file
+    assert index[0]["metrics"]["train"]["iterations"] == 4
+    typed = yaml.safe_load((run_dir / "learner_config.yaml").read_text())
+    assert typed["preset"] == "standard" and typed["learner"]["trainer"]["iterations"] == 4
 
 
 def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
-    tmp_path: Path, start_learner, listen, make_bundle, tiny_learner_json, wait_gone, middleware
+    tmp_path: Path, start_learner, listen, make_bundle, tiny_learner_file, wait_gone, middleware
 ) -> None:
     import re
 
@@ -138,8 +149,9 @@ def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
     registry.add(bundle_to_bytes(make_bundle(3, 2)), metrics={}, decided_wall_s=2.0)
     status = listen(STATUS, "vnd/learner/status", qos_profile_status)
     model = listen("vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model)
-    params = {"run_dir": str(run_dir), "learner_overrides": tiny_learner_json}
-    learner = start_learner(**params)
+    learner = start_learner(("--params-file", str(tiny_learner_file)), run_dir=str(run_dir))
+    # the file's nested keys are the learner's parameters (the node logs what differs)
+    assert "trainer.iterations=3" in learner.wait_line("learner config")
 
     start_line = learner.wait_line("starting from")
     assert start_line.endswith("v0003.safetensors"), start_line
@@ -173,8 +185,7 @@ def test_a_bundle_the_policy_node_refuses_shows_in_learner_status(
     import time
 
     import torch
-    from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
-    from vnd_core.commands.sim import shipped_bundle_path
+    from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle, shipped_bundle_path
     from vnd_core.learner_store.registry import BundleRegistry
     from vnd_core.preflight import LearnerReport, PreflightThresholds, check_learner
     from vnd_ros.client import LearnerHealth

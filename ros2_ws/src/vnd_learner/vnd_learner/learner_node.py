@@ -1,5 +1,12 @@
 """Learner node: replay topic -> on-disk replay store -> worker process -> new model bundles.
 
+Parameters: the node's own (:class:`LearnerNodeConfig`) and every field of the continual
+learner's :class:`~vnd_core.learner.LearnerConfig`, declared with its description under its
+nested name (``min_new_ticks``, ``trainer.iterations``, ``validation.eval_rollouts``). The
+``preset`` parameter picks the defaults from :data:`~vnd_core.learner.settings.LEARNER_PRESETS`;
+parameters given explicitly replace the preset's values. The effective configuration goes to
+the worker as a typed file, ``<run_dir>/learner_config.yaml``.
+
 Subscribes ``vnd/replay`` (vnd_msgs/Transition, replay QoS: reliable, transient local,
 keep-last 3000 = 60 s at 50 Hz) and writes every new tick record, as its CDR bytes, to the
 replay store under ``<run_dir>/replay`` (rosbag2 MCAP segments) **before** counting it;
@@ -28,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,31 +43,54 @@ from typing import Any
 
 from vnd_core.bundle import read_metadata
 from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.config_io import ConfigError
 from vnd_core.flight.bundle_runtime import learner_request_id
 from vnd_core.flight.msgfields import set_stamp, stamp_ns
+from vnd_core.learner import LearnerConfig
 from vnd_core.learner.records import TickRecords
+from vnd_core.learner.settings import (
+    LEARNER_PRESETS,
+    checked_config,
+    config_mapping,
+    flatten,
+    learner_preset,
+    write_config_file,
+)
 from vnd_core.learner_store.ipc import Frame
 from vnd_core.learner_store.registry import BundleRegistry, RegistryEntry, RegistryError
 from vnd_core.learner_store.replay_store import ReplayStore, ReplayStoreError, StoreTopic
+from vnd_core.wire import LearnerState
 from vnd_ros.messages import get_message, message_definition, serialize, type_hash
-from vnd_ros.params import freeze_parameters, param
-from vnd_ros.qos import QoSProfile, qos_profile_model, qos_profile_replay, qos_profile_status
-from vnd_ros.runtime import Node, init, spin_until_shutdown
+from vnd_ros.parameter import ParameterType
+from vnd_ros.params import ParameterError, freeze_parameters, param, parameter_names
+from vnd_ros.qos import (
+    qos_profile_checkpoint_status,
+    qos_profile_model,
+    qos_profile_replay,
+    qos_profile_status,
+)
+from vnd_ros.ros_args import remove_ros_args
+from vnd_ros.runtime import Node, init, node_parameter_overrides, shutdown, spin_until_shutdown
 
 from vnd_learner.records import TRANSITION_TYPE, TickBuffer, key_of_cdr, records_from_cdr, tick_key
 from vnd_learner.worker_client import WorkerClient, WorkerSpec
 
-CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # as the flight nodes publish it (docs/topics.md)
 MAX_RESTART_BACKOFF_S = 30.0  # longest wait between worker restarts [s]
 HISTORY_MAX_BATCHES = 256  # stored-tick batches kept before they are merged into one
-PRESETS = ("quick", "standard", "full")  # LearnerConfig presets the worker knows
-# LearnerStatus.STATE_* (vnd_msgs/msg/LearnerStatus.msg)
-STATE_IDLE = 0
-STATE_COLLECTING = 1
-STATE_FITTING = 2
-STATE_TRAINING = 3
-STATE_VALIDATING = 4
-STATE_ERROR = 5
+DESCRIBE_FLAG = "--describe-parameters"  # print the parameter table instead of running
+CONFIG_FILE = "learner_config.yaml"  # the worker's typed configuration, under run_dir
+# Parameters the node no longer has: each refused at start-up with what to use instead.
+REMOVED_PARAMETERS = {
+    "learner_overrides": "set LearnerConfig fields as parameters of their own, by nested name "
+    "(-p trainer.iterations:=100, or 'trainer: {iterations: 100}' under ros__parameters)",
+    "update_interval_s": "set min_interval_s (the shortest time between updates [s])",
+}
+# LearnerStatus.STATE_* (vnd_core.wire.LearnerState)
+STATE_COLLECTING = LearnerState.COLLECTING
+STATE_FITTING = LearnerState.FITTING
+STATE_TRAINING = LearnerState.TRAINING
+STATE_VALIDATING = LearnerState.VALIDATING
+STATE_ERROR = LearnerState.ERROR
 _STAGE_TIMES = ("fit", "train", "validate", "total")  # timings of an update result [s]
 _STAGE_STATES = (("fit", STATE_FITTING), ("train", STATE_TRAINING), ("valid", STATE_VALIDATING))
 
@@ -99,9 +130,9 @@ class LearnerNodeConfig:
     vehicle: str = param("agile", "vehicle name (config/vehicles/<name>.yaml) or a YAML path")
     bundle: str = param("", "bundle to start from when the registry is empty; '' = shipped base")
     learn: bool = param(True, "run the learner worker (false: only keep the replay store)")
-    preset: str = param("standard", "learner preset: quick | standard | full")
-    update_interval_s: float = param(0.0, "shortest time between updates (s); 0 = the preset's")
-    learner_overrides: str = param("", "JSON object of LearnerConfig fields to replace")
+    preset: str = param(
+        "standard", f"defaults of the LearnerConfig parameters: {' | '.join(LEARNER_PRESETS)}"
+    )
     segment_period_s: float = param(10.0, "close a replay segment after this long (s); << 60 s")
     segment_max_ticks: int = param(1000, "close a replay segment after this many ticks")
     forward_period_s: float = param(0.5, "period of forwarding ticks and polling the worker (s)")
@@ -110,19 +141,68 @@ class LearnerNodeConfig:
     restart_backoff_s: float = param(1.0, "first wait before restarting a dead worker (s)")
 
 
-def learner_overrides(cfg: LearnerNodeConfig) -> dict[str, Any]:
-    """LearnerConfig overrides of the node parameters; ValueError naming a bad value."""
-    if cfg.preset not in PRESETS:
-        raise ValueError(f"parameter preset must be one of {PRESETS}, got {cfg.preset!r}")
+def refuse_removed_parameters(node: Any) -> None:
+    """ParameterError naming a removed parameter that is still given, and its replacement."""
+    for name, override in node_parameter_overrides(node).items():
+        if name in REMOVED_PARAMETERS:
+            raise ParameterError(
+                f"parameter '{name}' from {override.source} no longer exists: "
+                f"{REMOVED_PARAMETERS[name]}"
+            )
+
+
+def declare_learner_config(node: Any, preset: str) -> LearnerConfig:
+    """Declare every LearnerConfig field as a parameter, defaults from ``preset``; the values.
+
+    Raises ParameterError for an unknown preset, a mistyped or undeclared parameter, or a
+    combination of values the LearnerConfig refuses.
+    """
     try:
-        overrides = json.loads(cfg.learner_overrides) if cfg.learner_overrides.strip() else {}
-    except json.JSONDecodeError as err:
-        raise ValueError(f"parameter learner_overrides is not valid JSON: {err}") from err
-    if not isinstance(overrides, dict):
-        raise ValueError("parameter learner_overrides must be a JSON object")
-    if cfg.update_interval_s > 0:
-        overrides["min_interval_s"] = cfg.update_interval_s
-    return overrides
+        defaults = learner_preset(preset)
+    except ValueError as err:
+        raise ParameterError(f"parameter 'preset': {err}") from None
+    config = freeze_parameters(node, LearnerConfig, defaults=defaults)
+    try:
+        return checked_config(config, "learner parameters")
+    except ConfigError as err:
+        raise ParameterError(str(err)) from None
+
+
+def declare_learner_parameters(node: Any) -> tuple[LearnerNodeConfig, LearnerConfig]:
+    """Declare the node's own and the LearnerConfig parameters on ``node``; their values."""
+    refuse_removed_parameters(node)
+    cfg = freeze_parameters(
+        node, LearnerNodeConfig, declared_elsewhere=parameter_names(LearnerConfig)
+    )
+    return cfg, declare_learner_config(node, cfg.preset)
+
+
+def parameter_table(node: Any) -> list[dict[str, Any]]:
+    """Name, type, value and description of every parameter the learner declares on ``node``.
+
+    An optional field left unset has the value None.
+    """
+    rows = []
+    for name in sorted(parameter_names(LearnerNodeConfig) | parameter_names(LearnerConfig)):
+        descriptor = node.describe_parameter(name)
+        try:
+            value = node.get_parameter(name).value
+        except Exception as err:  # rclpy refuses to read a typed parameter that is unset
+            if type(err).__name__ != "ParameterUninitializedException":
+                raise
+            value = None
+        kind = ParameterType(int(descriptor.type)).name.removeprefix("PARAMETER_").lower()
+        rows.append(
+            {"name": name, "type": kind, "value": value, "description": descriptor.description}
+        )
+    return rows
+
+
+def changed_fields(config: Any, reference: Any) -> dict[str, Any]:
+    """Dotted names and values of the fields where dataclass ``config`` differs from
+    ``reference`` (of the same class)."""
+    old = flatten(config_mapping(reference))
+    return {name: v for name, v in flatten(config_mapping(config)).items() if v != old[name]}
 
 
 class LearnerNode(Node):
@@ -130,7 +210,7 @@ class LearnerNode(Node):
 
     def __init__(self) -> None:
         super().__init__("learner")
-        self.cfg = freeze_parameters(self, LearnerNodeConfig)
+        self.cfg, self.learner_config = declare_learner_parameters(self)
         self.ModelBundle = get_message("vnd_msgs/msg/ModelBundle")
         self.LearnerStatus = get_message("vnd_msgs/msg/LearnerStatus")
         self.state, self.message = STATE_COLLECTING, "starting"
@@ -144,8 +224,15 @@ class LearnerNode(Node):
         self.refused: set[tuple[str, int]] = set()  # (node, version) refusals seen
         self.refusal = ""  # newest refusal, as LearnerStatus.refusal says it
         self.shutting_down = False
-        self.overrides = learner_overrides(self.cfg)
         root = Path(self.cfg.run_dir)
+        self.config_path = write_config_file(
+            root / CONFIG_FILE, self.learner_config, self.cfg.preset
+        )
+        changes = changed_fields(self.learner_config, learner_preset(self.cfg.preset))
+        listed = ", ".join(f"{name}={value!r}" for name, value in changes.items()) or "none"
+        self.get_logger().info(
+            f"learner config {self.config_path}: preset {self.cfg.preset}, changed: {listed}"
+        )
         self.history = self._open_store(root / "replay")
         self.registry = BundleRegistry(root / "bundles")
         self._open_registry()
@@ -169,7 +256,7 @@ class LearnerNode(Node):
             get_message("vnd_msgs/msg/CheckpointStatus"),
             "vnd/checkpoint/status",
             self.on_checkpoint_status,
-            CHECKPOINT_STATUS_QOS,
+            qos_profile_checkpoint_status,
         )
         self.create_timer(self.cfg.forward_period_s, self.on_forward)
         self.create_timer(self.cfg.status_period_s, self.publish_status)
@@ -278,7 +365,10 @@ class LearnerNode(Node):
             self.get_logger().error(self.message)
             return
         spec = WorkerSpec(
-            self.cfg.vehicle, str(path), self.cfg.preset, self.overrides, self.cfg.worker_niceness
+            vehicle=self.cfg.vehicle,
+            bundle_path=str(path),
+            config_path=str(self.config_path),
+            niceness=self.cfg.worker_niceness,
         )
         if self.worker is None:
             self.worker = WorkerClient(spec)
@@ -417,9 +507,25 @@ class LearnerNode(Node):
 
 
 def main(args: list[str] | None = None) -> None:
-    """Run the learner node until Ctrl-C or SIGTERM."""
-    init(args=args)
-    spin_until_shutdown(LearnerNode())
+    """Run the learner node until Ctrl-C or SIGTERM.
+
+    With ``--describe-parameters`` (before ``--ros-args``), declare the parameters only and
+    print one JSON line per parameter (name, type, value, description), then exit.
+    """
+    argv = list(sys.argv if args is None else args)
+    describe = DESCRIBE_FLAG in remove_ros_args(argv)
+    init(args=[arg for arg in argv if arg != DESCRIBE_FLAG])
+    if not describe:
+        spin_until_shutdown(LearnerNode())
+        return
+    node = Node("learner")
+    try:
+        declare_learner_parameters(node)
+        for row in parameter_table(node):
+            print(json.dumps(row), flush=True)
+    finally:
+        node.destroy_node()
+        shutdown()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """The learner worker process: runs the continual learner away from the node's callbacks.
 
 Started by :class:`vnd_learner.worker_client.WorkerClient` as ``python -m vnd_learner.worker``
-with the vehicle, the active bundle file and the learner preset. It lowers its priority
-(``os.nice``, and on Linux the SCHED_IDLE class: it runs only on CPU time no flight process
-wants, so training never delays a control tick), runs torch on one thread, and talks to the
-node over its stdin/stdout with the frames of :mod:`vnd_core.learner_store.ipc` (JSON header
-+ numpy buffers, bundles as safetensors bytes; never pickle). Stray prints cannot corrupt the
+with the vehicle, the active bundle file and the learner's configuration file (written by the
+node, every LearnerConfig field typed and checked: :mod:`vnd_core.learner.settings`). It
+lowers its priority (``os.nice``, and on Linux the SCHED_IDLE class: it runs only on CPU time
+no flight process wants, so training never delays a control tick), runs torch on one thread,
+and talks to the node over its stdin/stdout with the frames of
+:mod:`vnd_core.learner_store.ipc` (JSON header + numpy buffers, bundles as safetensors bytes;
+never pickle). Stray prints cannot corrupt the
 frame stream: file descriptor 1 is pointed at stderr once the frame channel has its own copy.
 
 Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
@@ -22,7 +24,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import faulthandler
-import json
 import math
 import os
 import queue
@@ -33,7 +34,6 @@ import time
 import traceback
 from typing import Any, BinaryIO
 
-from vnd_core.config_io import apply_overrides
 from vnd_core.learner_store.ipc import Frame, FrameError, read_frame, write_frame
 
 EXIT_ERROR = 2  # the learner could not start or failed repeatedly
@@ -49,10 +49,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--vehicle", required=True, help="vehicle name or YAML path")
     parser.add_argument("--bundle", required=True, help="active bundle file to learn from")
     parser.add_argument(
-        "--preset", default="standard", help="LearnerConfig preset (quick|standard|full)"
-    )
-    parser.add_argument(
-        "--overrides", default="{}", help="JSON object of LearnerConfig fields to replace"
+        "--config", required=True, help="LearnerConfig YAML file written by the learner node"
     )
     parser.add_argument("--nice", type=int, default=10, help="niceness increment")
     return parser.parse_args(argv)
@@ -104,21 +101,12 @@ def build_learner(args: argparse.Namespace) -> Any:
     """The ContinualLearner for the command line (imports torch)."""
     import torch
     from vnd_core.bundle import load_bundle
-    from vnd_core.learner import ContinualLearner, LearnerConfig
+    from vnd_core.learner import ContinualLearner
+    from vnd_core.learner.settings import read_config_file
     from vnd_core.vehicle import load_vehicle
 
     torch.set_num_threads(1)
-    presets = {
-        "quick": LearnerConfig.quick,
-        "standard": LearnerConfig.standard,
-        "full": LearnerConfig.full,
-    }
-    if args.preset not in presets:
-        raise ValueError(f"unknown learner preset '{args.preset}' (use quick, standard or full)")
-    overrides = json.loads(args.overrides)
-    if not isinstance(overrides, dict):
-        raise ValueError("--overrides must be a JSON object")
-    config = apply_overrides(presets[args.preset](), overrides, "LearnerConfig")
+    config = read_config_file(args.config)
     return ContinualLearner(load_vehicle(args.vehicle), config, load_bundle(args.bundle))
 
 
@@ -249,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         channel.send("error", meta={"message": f"learner failed to start: {err}"})
         return EXIT_ERROR
-    channel.send("ready", meta={"pid": os.getpid(), "bundle": args.bundle})
+    channel.send("ready", meta={"pid": os.getpid(), "bundle": args.bundle, "config": args.config})
     return serve(learner, channel, inbox)
 
 

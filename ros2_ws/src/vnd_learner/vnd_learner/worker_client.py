@@ -9,13 +9,11 @@ ends, ``poll`` returns one synthetic ``exited`` frame with its return code.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vnd_core.learner.records import TickRecords
@@ -31,8 +29,7 @@ class WorkerSpec:
 
     vehicle: str  # vehicle name or YAML path
     bundle_path: str  # active bundle file the learner continues from
-    preset: str = "standard"  # LearnerConfig preset (quick|standard|full)
-    overrides: Mapping[str, object] | None = None  # LearnerConfig fields to replace
+    config_path: str  # LearnerConfig file (vnd_core.learner.settings.write_config_file)
     niceness: int = 10  # nice increment of the worker process
 
 
@@ -61,10 +58,8 @@ class WorkerClient:
             self.spec.vehicle,
             "--bundle",
             self.spec.bundle_path,
-            "--preset",
-            self.spec.preset,
-            "--overrides",
-            json.dumps(dict(self.spec.overrides or {})),
+            "--config",
+            self.spec.config_path,
             "--nice",
             str(self.spec.niceness),
         ]

@@ -8,26 +8,33 @@
     cfg = freeze_parameters(node, PolicyConfig)
 
 One parameter per field (nested dataclasses become ``outer.inner`` names), each declared with
-a description: the field's ``metadata["description"]`` (what :func:`param` sets) or else the
-field's trailing ``#`` comment, so the same dataclasses stay plain for ROS-free tools. An
-override from ``-p`` or ``--params-file`` that names no field, or whose type does not fit
-(an int is accepted for a float), raises :class:`ParameterError` naming the parameter and
-where the value came from. Works on both backends.
+a description: the field's ``metadata["description"]`` (what :func:`param` sets), else the
+field's trailing ``#`` comment, else the ``#`` comment lines directly above the field, so the
+same dataclasses stay plain for ROS-free tools. The defaults are the class's, or those of an
+instance passed as ``defaults`` (a preset). An optional field (``int | None``) is a parameter
+of its type that stays unset while the default is None. An override from ``-p`` or
+``--params-file`` that names no field, or whose type does not fit (an int is accepted for a
+float), raises :class:`ParameterError` naming the parameter and where the value came from.
+Works on both backends.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import io
+import textwrap
 import tokenize
 import types
 import typing
+from collections.abc import Collection
 from typing import Any, TypeVar
 
 from vnd_ros.parameter import ParameterType
-from vnd_ros.runtime import ParameterDescriptor, node_parameter_overrides
+from vnd_ros.runtime import BACKEND, Parameter, ParameterDescriptor, node_parameter_overrides
 
 T = TypeVar("T")
 
@@ -68,18 +75,31 @@ class _Spec:
     name: str  # full parameter name ('namespace.field' or 'outer.inner')
     hint: Any  # scalar type, or (element type,) for a list / tuple field
     is_tuple: bool  # the field is a tuple: the list value is converted back
-    default: Any
+    default: Any  # None only for an optional field left unset
     description: str
+    length: int | None = None  # items of a fixed-length tuple field (None: any number)
+    optional: bool = False  # the field is 'X | None': the parameter may stay unset
 
 
-def freeze_parameters(node: Any, config_cls: type[T], namespace: str = "") -> T:
+def freeze_parameters(
+    node: Any,
+    config_cls: type[T],
+    namespace: str = "",
+    *,
+    defaults: T | None = None,
+    declared_elsewhere: Collection[str] = (),
+) -> T:
     """Declare one parameter per field of ``config_cls`` on ``node`` and return the values.
 
     Args:
         node: a Node of either backend.
         config_cls: a frozen dataclass; fields typed bool, int, float, str, list[...] /
-            tuple[..., ...] of those, or nested frozen dataclasses.
+            tuple[..., ...] of those, ``X | None`` of those, or nested frozen dataclasses.
         namespace: prefix of the parameter names ('' for none).
+        defaults: an instance of ``config_cls`` whose values are the defaults (None: the
+            class's own field defaults).
+        declared_elsewhere: parameter names another config of the node declares (see
+            :func:`parameter_names`): overrides of those are not refused here.
 
     Raises:
         ParameterError: an override is undeclared or mistyped (names it and its source).
@@ -87,9 +107,10 @@ def freeze_parameters(node: Any, config_cls: type[T], namespace: str = "") -> T:
             no description.
     """
     prefix = f"{namespace}." if namespace else ""
-    specs = _specs(config_cls, prefix)
+    specs = _specs(config_cls, prefix, defaults)
     overrides = node_parameter_overrides(node)
-    _reject_undeclared(node, overrides, {s.name for s in specs}, prefix)
+    known = {s.name for s in specs}
+    _reject_undeclared(node, overrides, known, known | set(declared_elsewhere), prefix)
     values: dict[str, Any] = {}
     for spec in specs:
         override = overrides.get(spec.name)
@@ -97,13 +118,18 @@ def freeze_parameters(node: Any, config_cls: type[T], namespace: str = "") -> T:
             checked = _check_type(spec, override.value, override.source)
             _prepare_rclpy_override(node, spec.name, checked)
         descriptor = ParameterDescriptor(description=spec.description, type=int(_ptype(spec)))
-        parameter = node.declare_parameter(spec.name, _ros_value(spec.default), descriptor)
+        parameter = node.declare_parameter(spec.name, _declared_default(spec), descriptor)
         value = parameter.value
-        values[spec.name] = tuple(value) if spec.is_tuple else value
+        values[spec.name] = tuple(value) if spec.is_tuple and value is not None else value
     return _build(config_cls, prefix, values)
 
 
-def _specs(config_cls: type, prefix: str) -> list[_Spec]:
+def parameter_names(config_cls: type, namespace: str = "") -> frozenset[str]:
+    """Names of the parameters :func:`freeze_parameters` declares for ``config_cls``."""
+    return frozenset(s.name for s in _specs(config_cls, f"{namespace}." if namespace else ""))
+
+
+def _specs(config_cls: type, prefix: str, defaults: Any = None) -> list[_Spec]:
     if not dataclasses.is_dataclass(config_cls):
         raise TypeError(f"{config_cls!r} is not a dataclass")
     if not config_cls.__dataclass_params__.frozen:
@@ -114,52 +140,82 @@ def _specs(config_cls: type, prefix: str) -> list[_Spec]:
     for f in dataclasses.fields(config_cls):
         hint = hints[f.name]
         name = prefix + f.name
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = f.default_factory()
         if dataclasses.is_dataclass(hint):
-            specs.extend(_specs(hint, name + "."))
+            specs.extend(_specs(hint, name + ".", default))
             continue
         description = f.metadata.get("description") or comments.get(f.name)
         if not description:
             raise TypeError(
                 f"{config_cls.__name__}.{f.name}: no description (use param(default, "
-                f"'...') or a trailing '# comment')"
+                f"'...') or a '# comment' after or above the field)"
             )
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        element, is_sequence, is_tuple = _unpack_hint(hint, config_cls, f.name)
+        element, is_sequence, length, optional = _unpack_hint(hint, config_cls, f.name)
         spec_hint = (element,) if is_sequence else element
-        specs.append(_Spec(name, spec_hint, is_tuple, default, description))
+        is_tuple = is_sequence and typing.get_origin(_strip_none(hint)) is tuple
+        specs.append(_Spec(name, spec_hint, is_tuple, default, description, length, optional))
     return specs
 
 
-def _unpack_hint(hint: Any, cls: type, name: str) -> tuple[type, bool, bool]:
-    """(scalar type, is a sequence, is a tuple) of a supported field annotation."""
-    origin = typing.get_origin(hint)
-    if hint in _SCALARS:
-        return hint, False, False
+def _strip_none(hint: Any) -> Any:
+    """``X`` of an ``X | None`` annotation; any other annotation unchanged."""
+    if typing.get_origin(hint) in (types.UnionType, typing.Union):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def _unpack_hint(hint: Any, cls: type, name: str) -> tuple[type, bool, int | None, bool]:
+    """(scalar type, is a sequence, fixed tuple length, is optional) of a field annotation."""
+    inner = _strip_none(hint)
+    optional = inner is not hint
+    origin = typing.get_origin(inner)
+    if inner in _SCALARS:
+        return inner, False, None, optional
     if origin in (list, tuple):
-        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        all_args = typing.get_args(inner)
+        args = [a for a in all_args if a is not Ellipsis]
         if len(set(args)) == 1 and args[0] in _SCALARS:
-            return args[0], True, origin is tuple
-    if origin in (types.UnionType, typing.Union):
-        raise TypeError(f"{cls.__name__}.{name}: optional fields cannot be ROS parameters")
+            fixed = origin is tuple and Ellipsis not in all_args
+            return args[0], True, len(args) if fixed else None, optional
     raise TypeError(f"{cls.__name__}.{name}: unsupported parameter type {hint!r}")
 
 
 @functools.cache
 def _field_comments(config_cls: type) -> dict[str, str]:
-    """Trailing '# comment' of each 'name: type = ...' line in the class body."""
+    """Description of each field from the class source: its trailing '# comment', else the
+    '#' comment lines directly above it, joined into one line."""
     try:
         source = inspect.getsource(config_cls)
     except (OSError, TypeError):
         return {}
+    source = textwrap.dedent(source)  # a class defined inside a function is indented
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    line_comments = {tok.start[0]: tok for tok in tokens if tok.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    (class_def,) = ast.parse(source).body
     comments: dict[str, str] = {}
-    line_field: dict[int, str] = {}
-    tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    for i, tok in enumerate(tokens[:-1]):
-        nxt = tokens[i + 1]
-        if tok.type == tokenize.NAME and nxt.type == tokenize.OP and nxt.string == ":":
-            line_field.setdefault(tok.start[0], tok.string)
-        if tok.type == tokenize.COMMENT and tok.start[0] in line_field:
-            comments[line_field[tok.start[0]]] = tok.string.lstrip("#").strip()
+    for stmt in getattr(class_def, "body", []):
+        if not (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name)):
+            continue
+        end = stmt.end_lineno or stmt.lineno
+        trailing = [line_comments[n] for n in range(stmt.lineno, end + 1) if n in line_comments]
+        if trailing:
+            comments[stmt.target.id] = trailing[0].string.lstrip("#").strip()
+            continue
+        above: list[str] = []
+        line = stmt.lineno - 1
+        while line >= 1 and lines[line - 1].lstrip().startswith("#"):
+            above.insert(0, lines[line - 1].strip().lstrip("#").strip())
+            line -= 1
+        if above:
+            comments[stmt.target.id] = " ".join(above)
     return comments
 
 
@@ -169,8 +225,13 @@ def _ptype(spec: _Spec) -> ParameterType:
     return _SCALARS[spec.hint]
 
 
-def _ros_value(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
+def _declared_default(spec: _Spec) -> Any:
+    """The default as declare_parameter takes it; an unset optional field keeps its type."""
+    if spec.default is not None:
+        return list(spec.default) if isinstance(spec.default, tuple) else spec.default
+    if BACKEND == "rclpy":  # pragma: no cover - rclpy takes the type as the value
+        return Parameter.Type(int(_ptype(spec)))
+    return None  # the dds node types it from the descriptor
 
 
 def _type_word(value: Any) -> str:
@@ -192,31 +253,41 @@ def _check_type(spec: _Spec, value: Any, source: str) -> Any:
     """Override ``value`` converted to the field type; ParameterError when it does not fit."""
     try:
         if isinstance(spec.hint, tuple):
-            if not isinstance(value, list):
+            if not isinstance(value, list) or spec.length not in (None, len(value)):
                 raise ValueError
             return [_check_scalar(spec.hint[0], item) for item in value]
         return _check_scalar(spec.hint, value)
     except ValueError:
-        expected = f"list of {spec.hint[0].__name__}" if isinstance(spec.hint, tuple) else spec.hint
-        expected = getattr(expected, "__name__", expected)
+        if isinstance(spec.hint, tuple):
+            count = f"{spec.length} " if spec.length is not None else ""
+            expected = f"list of {count}{spec.hint[0].__name__}"
+        else:
+            expected = spec.hint.__name__
         raise ParameterError(
             f"parameter '{spec.name}' from {source}: expected {expected}, "
             f"got {_type_word(value)} {value!r}"
         ) from None
 
 
-def _reject_undeclared(node: Any, overrides: dict, declared: set[str], prefix: str) -> None:
+def _reject_undeclared(
+    node: Any, overrides: dict, declared: set[str], accepted: set[str], prefix: str
+) -> None:
     for name, override in overrides.items():
         if prefix and not name.startswith(prefix):
             continue  # another config of the node owns this namespace
-        if name in declared or name in _IMPLICIT_PARAMETERS or name.startswith(_IMPLICIT_PREFIXES):
+        if name in accepted or name in _IMPLICIT_PARAMETERS or name.startswith(_IMPLICIT_PREFIXES):
             continue
         if node.has_parameter(name):
             continue
-        known = ", ".join(sorted(declared))
+        close = difflib.get_close_matches(name, accepted, n=3, cutoff=0.75)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        # a nested name lists its own section (a config of many sections has many names)
+        section = name.rpartition(".")[0]
+        siblings = {n for n in accepted if n.rpartition(".")[0] == section} if section else set()
+        known = ", ".join(sorted(siblings or declared))
         raise ParameterError(
             f"parameter '{name}' from {override.source} is not declared by node "
-            f"'{node.get_fully_qualified_name()}' (declared: {known})"
+            f"'{node.get_fully_qualified_name()}' ({hint}declared: {known})"
         )
 
 

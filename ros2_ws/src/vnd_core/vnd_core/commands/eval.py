@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from vnd_core.bundle import Bundle, BundleError, load_bundle
-from vnd_core.config_io import ConfigError, apply_overrides
+from vnd_core.config_io import ConfigError
 from vnd_core.evaluation.baselines import (
     RandomisationConfig,
     clone_policy,
@@ -56,6 +56,7 @@ from vnd_core.evaluation.report import (
     write_results,
 )
 from vnd_core.learner import LearnerConfig
+from vnd_core.learner.settings import LEARNER_PRESETS, learner_preset, with_overrides
 from vnd_core.scenario import Scenario, load_scenario
 from vnd_core.trainer import TrainerConfig
 
@@ -383,16 +384,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--learner-preset",
-        choices=("quick", "standard", "full"),
+        choices=tuple(LEARNER_PRESETS),
         default=None,
         help="LearnerConfig preset of vnd and refit (default: standard; --quick: every 15 s)",
     )
     parser.add_argument(
-        "--learner-overrides",
-        default=None,
-        metavar="JSON",
-        help="LearnerConfig fields to replace, as the learner node's learner_overrides, "
-        """e.g. '{"model": {"short_context_len": 8}}'""",
+        "--learner-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a LearnerConfig field to replace, named as the learner node's parameter and with "
+        "its value in YAML, e.g. trainer.iterations=100 (repeatable)",
     )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (jobs 1)")
     parser.add_argument(
@@ -408,6 +410,22 @@ def _parse_delay(text: str) -> float | None:
     if not value >= 0:
         raise ValueError(f"must be 'measured' or seconds >= 0, got {text!r}")
     return value
+
+
+def parse_learner_params(items: Sequence[str]) -> dict[str, object]:
+    """``NAME=VALUE`` items as {dotted name: YAML-typed value}; ValueError naming a bad one."""
+    import yaml
+
+    changes: dict[str, object] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--learner-param {item!r}: expected NAME=VALUE")
+        try:
+            changes[name.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--learner-param {item!r}: value is not YAML: {err}") from None
+    return changes
 
 
 def run(args: argparse.Namespace) -> int:
@@ -426,17 +444,15 @@ def run(args: argparse.Namespace) -> int:
             print(f"vnd eval: --update-delay: {err}")
             return 2
     if args.learner_preset is not None:
-        overrides["learner"] = getattr(LearnerConfig, args.learner_preset)()
+        overrides["learner"] = learner_preset(args.learner_preset)
     config = EvalConfig.quick(**overrides) if args.quick else EvalConfig.full(**overrides)
-    if args.learner_overrides is not None:
+    if args.learner_param:
         try:
-            changes = json.loads(args.learner_overrides)
-            if not isinstance(changes, dict):
-                raise ValueError("must be a JSON object")
-            learner = apply_overrides(config.learner, changes, "LearnerConfig")
-            learner.validate()
-        except (ValueError, TypeError) as err:  # JSONDecodeError is a ValueError
-            print(f"vnd eval: --learner-overrides: {err}")
+            learner = with_overrides(
+                config.learner, parse_learner_params(args.learner_param), "--learner-param"
+            )
+        except ValueError as err:  # ConfigError is a ValueError
+            print(f"vnd eval: {err}")
             return 2
         config = dataclasses.replace(config, learner=learner)
     bundle_path = args.bundle or shipped_bundle_path()
