@@ -1,9 +1,7 @@
-"""What the encoder reads of each context transition (VNDModelConfig.encoder_inputs)."""
+"""What the encoder reads of each context transition: the prior error, not how it was flown."""
 
-import pytest
 import torch
 from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
-from vnd_core.config_io import ConfigError
 from vnd_core.policy import PolicyNet
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import TransitionDataset, VNDModel, VNDModelConfig
@@ -29,7 +27,7 @@ def windy(model: VNDModel) -> TransitionDataset:
 
 def test_a_prior_error_encoder_ignores_how_the_vehicle_was_flown():
     torch.manual_seed(0)
-    model = VNDModel(VEHICLE, VNDModelConfig(**SMALL, encoder_inputs="prior_error"))
+    model = VNDModel(VEHICLE, VNDModelConfig(**SMALL))
     dataset = windy(model)
     assert model.encoder.input_dim == CONTEXT_FEATURE_DIM - INPUT_DIM
     assert model.decoder.feature_dim == model.encoder.input_dim
@@ -43,35 +41,15 @@ def test_a_prior_error_encoder_ignores_how_the_vehicle_was_flown():
         assert not torch.allclose(model.encoder(context), model.encoder(wind_changed))
 
 
-def test_new_models_read_the_prior_error_and_older_bundles_still_load_reading_all():
-    torch.manual_seed(0)
-    assert VNDModel(VEHICLE, VNDModelConfig(**SMALL)).encoder.input_dim == RESIDUAL_DIM
-    model = VNDModel(VEHICLE, VNDModelConfig(**SMALL, encoder_inputs="all"))
-    assert model.encoder.input_dim == CONTEXT_FEATURE_DIM
-    arch = model.architecture()
-    del arch["encoder_inputs"]  # a bundle written before the field existed
-    old = VNDModel.from_architecture(arch, VEHICLE)
-    assert old.encoder.input_dim == CONTEXT_FEATURE_DIM
-    old.load_state_dict(model.state_dict())  # its weights fit
-
-
 def test_a_prior_error_encoder_fits_and_round_trips_through_a_bundle():
     torch.manual_seed(0)
-    model = VNDModel(VEHICLE, VNDModelConfig(**SMALL, encoder_inputs="prior_error"))
+    model = VNDModel(VEHICLE, VNDModelConfig(**SMALL))
     dataset = windy(model)
     fit_vnd(model, dataset, FitConfig(steps=20, batch_size=16, encode_after=False))
     policy = PolicyNet(VEHICLE)
     bundle = Bundle(version=2, parent_version=1, policy=policy, vehicle=VEHICLE, model=model)
     loaded = load_bundle(bundle_to_bytes(bundle))
-    assert loaded.model.config.encoder_inputs == "prior_error"
+    assert loaded.model.encoder.input_dim == RESIDUAL_DIM
     context = dataset.context(dataset.window_starts(8, 0)[:4], 8)
     with torch.no_grad():
         assert torch.allclose(loaded.model.encoder(context), model.encoder(context))
-
-
-def test_an_unknown_encoder_input_set_is_refused_naming_the_field():
-    with pytest.raises(ValueError, match="encoder_inputs"):
-        VNDModelConfig(encoder_inputs="attitude").validate()
-    arch = VNDModel(VEHICLE, VNDModelConfig(**SMALL)).architecture()
-    with pytest.raises(ConfigError, match="encoder_inputs"):
-        VNDModel.from_architecture({**arch, "encoder_inputs": "everything"}, VEHICLE)

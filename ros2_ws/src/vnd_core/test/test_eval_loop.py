@@ -7,9 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from vnd_core.bundle import Bundle, load_bundle
+from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.commands.eval import EvalConfig, evaluate
-from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.evaluation.continual_loop import (
     Method,
     UpdateOutcome,

@@ -8,7 +8,6 @@ import torch
 from vnd_core.flight.encoder_runtime import NON_FINITE_ODOM, UNPAIRED_COMMAND, LatentEstimator
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import VNDModel, VNDModelConfig
-from vnd_core.vnd.features import context_features
 
 PERIOD_NS = 20_000_000
 C = 4
@@ -75,36 +74,6 @@ def test_latent_equals_encode_of_the_window(delay):
             torch.tensor(window_states, dtype=torch.float32)[None],
             torch.tensor(window_actions, dtype=torch.float32)[None],
         )[0].numpy()
-    np.testing.assert_allclose(est.latent(), expected, atol=1e-6)
-
-
-@pytest.mark.parametrize("distance", [0.0, float("inf")])
-def test_a_short_context_model_flies_its_deployed_latent(distance):
-    """Switch distance 0: always the newest 2 transitions' latent; inf: the whole window's."""
-    rng = np.random.default_rng(2)
-    torch.manual_seed(0)
-    config = VNDModelConfig(context_len=C, encoder_hidden=8, short_context_len=2)
-    model = VNDModel(load_vehicle("agile"), config).eval()
-    with torch.no_grad():
-        for p in model.encoder.parameters():
-            p.normal_(0.0, 0.3)
-        model.short_switch_distance.fill_(distance)
-    est = LatentEstimator()
-    est.set_model(model)
-    states, actions = [], []
-    for k in range(3 * C):
-        state, action = draw(k, rng)
-        push(est, k, state, action)
-        states.append(state)
-        actions.append(action)
-    n, d = len(states), config.action_delay_ticks
-    window_states = torch.tensor(np.stack(states[n - C - 1 :]), dtype=torch.float32)[None]
-    window_actions = np.stack(actions[n - C - 1 - d : n - 1 - d])
-    window_actions = torch.tensor(window_actions, dtype=torch.float32)[None]
-    with torch.inference_mode():
-        features = context_features(model.prior, window_states, window_actions)
-        window = features if distance == float("inf") else features[:, -2:]
-        expected = model.encoder(window)[0].numpy()
     np.testing.assert_allclose(est.latent(), expected, atol=1e-6)
 
 

@@ -149,26 +149,6 @@ def test_training_changes_the_policy_not_the_model():
         assert torch.equal(value, model_before[name]), name
 
 
-def test_latent_pathway_only_keeps_the_z_zero_policy():
-    model = loud_model()
-    torch.manual_seed(2)
-    policy = PolicyNet(VEHICLE, PolicyConfig(hidden=(16,)))
-    before = copy.deepcopy(policy.state_dict())
-    config = TrainerConfig(num_envs=8, horizon_ticks=4, episode_ticks=20, iterations=3)
-    train_policy_on_model(
-        policy, model, VEHICLE, config, latent_pathway_only=True, trust_region=HOVER
-    )
-    after = policy.state_dict()
-    nz = policy.latent_dim
-    first, first_before = after["net.0.weight"], before["net.0.weight"]
-    assert torch.equal(first[:, :-nz], first_before[:, :-nz])  # non-z inputs untouched
-    assert not torch.equal(first[:, -nz:], first_before[:, -nz:])  # the z pathway learned
-    for name, value in after.items():
-        if name != "net.0.weight":
-            assert torch.equal(value, before[name]), name
-    assert all(p.requires_grad for p in policy.parameters())  # training mode restored
-
-
 def test_pool_weights_steer_which_replay_latents_are_drawn():
     pool = torch.cat([torch.zeros(90, 2), torch.full((10, 2), 5.0)])  # rare condition: z = 5
     weights = focus_weights(torch.arange(100) >= 90, 0.5)

@@ -17,7 +17,6 @@ from vnd_core.vnd import (
     latent_knn_accuracy,
     open_loop_errors,
 )
-from vnd_core.vnd.fit import splice_contexts
 from vnd_core.vnd.synthetic import simulate_with_forces, two_condition_segments
 
 torch.set_num_threads(1)
@@ -173,65 +172,3 @@ def test_a_focus_must_mark_every_window(vehicle, held_out):
     model = VNDModel(vehicle, VNDModelConfig(action_delay_ticks=0))
     with pytest.raises(ValueError, match="focus must mark each of the"):
         fit_vnd(model, held_out, FitConfig.quick(), focus=torch.ones(3, dtype=torch.bool))
-
-
-def test_a_spliced_context_keeps_its_newest_transitions_and_takes_older_ones_elsewhere(
-    vehicle, held_out
-):
-    context_len = 10
-    starts = held_out.window_starts(context_len, 4)
-    own = held_out.context(starts[:8], context_len)
-    spliced = splice_contexts(held_out, starts, own, 5, (2, 4), torch.Generator().manual_seed(0))
-    assert torch.equal(spliced[:3], own[:3])  # the first B - count rows are untouched
-    every_window = held_out.context(starts, context_len)  # (M, C, 28)
-    for row in range(3, 8):
-        same = (spliced[row] == own[row]).all(-1)  # (C,) rows equal to the window's own
-        recent = int(same.flip(0).cumprod(0).sum())  # newest own transitions kept
-        assert 2 <= recent <= 4
-        older = spliced[row, : context_len - recent]
-        donors = (every_window[:, : context_len - recent] == older).all(-1).all(-1)
-        assert donors.any()  # the older part is a real window's
-
-
-def test_a_spliced_fit_follows_a_condition_change_in_fewer_transitions(vehicle, training_set):
-    """Contexts of 18 transitions under force A followed by 2 under force B: trained with
-    spliced contexts, the encoder moves its latent further from A's towards B's (measured:
-    0.87 of the way against 0.62; after one transition 0.63 against 0.37)."""
-    prior = VNDModel(vehicle).prior
-    test_set = TransitionDataset(
-        prior, two_condition_segments(prior, FORCE_A_N, FORCE_B_N, 2, 100, seed=7)
-    )
-    context_len, recent = 20, 2
-    starts = test_set.window_starts(context_len, 0)
-    labels = test_set.tensors()["labels"][starts + context_len - 1]
-    a_starts, b_starts = starts[labels == 0], starts[labels == 1]
-    count = min(len(a_starts), len(b_starts))
-    changed = torch.cat(
-        [
-            test_set.context(a_starts[:count], context_len)[:, : context_len - recent],
-            test_set.context(b_starts[:count], context_len)[:, context_len - recent :],
-        ],
-        dim=1,
-    )
-
-    def way_to_b(splice_fraction: float) -> float:
-        torch.manual_seed(0)
-        model = VNDModel(vehicle, VNDModelConfig(action_delay_ticks=0))
-        fit_vnd(model, training_set, FitConfig.quick(seed=0, splice_fraction=splice_fraction))
-        with torch.no_grad():
-            z_a = model.encoder(test_set.context(a_starts, context_len)).mean(0)
-            z_b = model.encoder(test_set.context(b_starts, context_len)).mean(0)
-            z = model.encoder(changed)
-        return float(((z - z_a) @ (z_b - z_a)).mean() / (z_b - z_a).square().sum())
-
-    plain, spliced = way_to_b(0.0), way_to_b(0.1)
-    assert spliced > plain + 0.15, (plain, spliced)
-
-
-def test_splice_settings_are_checked():
-    with pytest.raises(ValueError, match="splice_fraction"):
-        FitConfig(splice_fraction=1.0).validate()
-    with pytest.raises(ValueError, match="splice_min_recent and splice_max_recent"):
-        FitConfig(splice_min_recent=0).validate()
-    with pytest.raises(ValueError, match="splice_min_recent and splice_max_recent"):
-        FitConfig(splice_min_recent=6, splice_max_recent=5).validate()

@@ -12,10 +12,7 @@ first-order lags on thrust and body-rate commands (motors), a random linear drag
 noise. None of that is put into the
 dynamics callable itself: the prior stays the prior.
 
-The latent z of an episode is drawn once by the caller's sampler. Optionally a share of the
-episodes changes condition once mid-episode (``switch_fraction``): the dynamics take the new z
-at once while the policy observes a first-order approach to it, as it observes the flight
-encoder's latent catching up after a change (:meth:`PolicyTrainer._condition_switches`).
+The latent z of an episode is drawn once by the caller's sampler.
 """
 
 from __future__ import annotations
@@ -82,21 +79,16 @@ class TrainerConfig:
     obs_noise_vel_mps: float = 0.02  # observation noise on velocity
     obs_noise_rate_radps: float = 0.05  # observation noise on body rates
     obs_noise_attitude_rad: float = 0.005  # observation noise on attitude (rotation angle)
-    # condition changes: a share of the episodes switches its latent once, and the policy sees
-    # the new one only through a first-order lag, as it sees the encoder's
-    # (PolicyTrainer._condition_switches)
-    switch_fraction: float = 0.0  # episodes whose z changes once, at a random tick
-    switch_lag_min_s: float = 0.1  # smallest time constant of the observed latent's approach
-    switch_lag_max_s: float = 0.6  # largest one (uniform in between, drawn per episode)
 
     def validate(self) -> None:
-        """Raise ValueError naming the first invalid field (the condition-change settings)."""
-        if not 0.0 <= self.switch_fraction <= 1.0:
-            raise ValueError(f"switch_fraction must be within [0, 1], got {self.switch_fraction}")
-        if not 0.0 <= self.switch_lag_min_s <= self.switch_lag_max_s:
+        """Raise ValueError naming the first impossible field."""
+        for name in ("num_envs", "horizon_ticks", "episode_ticks"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.delay_ticks_min <= self.delay_ticks_max:
             raise ValueError(
-                "switch lags must satisfy 0 <= switch_lag_min_s <= switch_lag_max_s, got "
-                f"{self.switch_lag_min_s} and {self.switch_lag_max_s}"
+                "command delays must satisfy 0 <= delay_ticks_min <= delay_ticks_max, got "
+                f"{self.delay_ticks_min} and {self.delay_ticks_max}"
             )
 
 
@@ -128,11 +120,7 @@ class EnvBatch:
     t_s: torch.Tensor  # (B,) reference time
     history: torch.Tensor  # (B, 4 K) past normalised commands, newest first
     applied: torch.Tensor  # (B, 4) physical command after delay and thrust lag
-    z: torch.Tensor  # (B, nz) latent the dynamics run on (the episode's condition)
-    z_seen: torch.Tensor  # (B, nz) latent the policy observes (lags z after a switch)
-    z_next: torch.Tensor  # (B, nz) condition after the episode's switch (= z: none)
-    switch_tick: torch.Tensor  # (B,) tick of the switch (past the episode's end: none)
-    seen_alpha: torch.Tensor  # (B, 1) per-tick gain of z_seen towards z
+    z: torch.Tensor  # (B, nz) latent of the episode's condition (dynamics and observation)
     delay_weights: torch.Tensor  # (B, 1, K + 1) one-hot over command age 0..K
     lag_alpha: torch.Tensor  # (B, 4) command filter gain per tick (1 = no lag)
     drag: torch.Tensor  # (B, 13) velocity decrement per unit state (drag * dt in VEL slots)
@@ -223,50 +211,11 @@ class PolicyTrainer:
             history=torch.zeros(batch, 4 * self.history_len),
             applied=self.policy.action_offset.expand(batch, 4).clone(),
             z=z,
-            z_seen=z.clone(),
-            **self._condition_switches(z),
             delay_weights=delay_weights.unsqueeze(1),
             lag_alpha=lag_alpha,
             drag=drag,
             trajectory=trajectory,
         )
-
-    def _condition_switches(self, z: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Switch fields of fresh episodes of latent ``z`` (B, nz).
-
-        A share ``switch_fraction`` of them changes condition once, at a tick uniform over the
-        middle 60 % of the episode, to a new draw of the sampler; the policy then observes a
-        first-order approach to the new latent (time constant uniform in the configured range),
-        not the new latent itself, as it does with the encoder in flight (its latent moves 80 %
-        of the way in about 0.85 s), so the policy trains on flying through that lag (measured:
-        no reliable gain in recovery, see :mod:`vnd_core.learner.policy_update`). Nothing is
-        drawn when the share is 0, so such runs repeat the ones made before this option existed.
-        """
-        c, batch = self.config, z.shape[0]
-        if c.switch_fraction <= 0.0:
-            return {
-                "z_next": z,
-                "switch_tick": torch.full((batch,), c.episode_ticks + 1, dtype=torch.long),
-                "seen_alpha": torch.ones(batch, 1),
-            }
-        z_next = self.z_sampler(batch, self.generator)
-        first, last = round(0.2 * c.episode_ticks), round(0.8 * c.episode_ticks)
-        tick = torch.randint(first, max(last, first + 1), (batch,), generator=self.generator)
-        switching = torch.rand(batch, generator=self.generator) < c.switch_fraction
-        tau_s = self._uniform(c.switch_lag_min_s, c.switch_lag_max_s, batch, 1)
-        return {
-            "z_next": z_next,
-            "switch_tick": torch.where(switching, tick, c.episode_ticks + 1),
-            "seen_alpha": 1.0 - torch.exp(-c.dt_s / tau_s.clamp_min(1e-6)),
-        }
-
-    def _advance_condition(self, h: int) -> None:
-        """Tick ``h`` of the window: switch the dynamics' latent where due, and move the
-        observed one towards it."""
-        env = self.env
-        due = (env.tick + h >= env.switch_tick).unsqueeze(1)
-        env.z = torch.where(due, env.z_next, env.z)
-        env.z_seen = torch.addcmul(env.z_seen, env.seen_alpha, env.z - env.z_seen)
 
     def _reset_done(self) -> int:
         """Replace finished or diverged episodes by fresh ones; returns how many were reset."""
@@ -317,7 +266,7 @@ class PolicyTrainer:
         env = self.env
         noisy = torch.addcmul(env.state, self.noise_std, noise)
         prev_obs = env.history[:, : self.n_prev_cols]
-        obs = self.builder.build(noisy, ref_state, ref_head, prev_obs, env.z_seen)
+        obs = self.builder.build(noisy, ref_state, ref_head, prev_obs, env.z)
         u = self.policy.forward_normalised(obs)  # (B, 4) in [-1, 1]
         commands = torch.cat([u, env.history], dim=1)  # ages 0..K, newest first
         # picking the delayed command by index equals the one-hot product, with fewer ops
@@ -377,8 +326,6 @@ class PolicyTrainer:
         delay_index = self._delay_index()
         total = torch.zeros(batch)
         for h in range(c.horizon_ticks):
-            if c.switch_fraction > 0.0:
-                self._advance_condition(h)
             total = total + self._step(
                 ref_state[h], ref_head[h], ref_state[h + 1], noise[h], delay_index
             )

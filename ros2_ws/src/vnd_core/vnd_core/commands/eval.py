@@ -430,7 +430,7 @@ def parse_learner_params(items: Sequence[str]) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     """Evaluate, write DIR/results.{json,md} and plots; returns the exit code."""
-    from vnd_core.commands.sim import shipped_bundle_path
+    from vnd_core.bundle import shipped_bundle_path
 
     # Forked workers inherit the parent's OpenMP pool, which must be a single thread then.
     torch.set_num_threads(1 if args.jobs > 1 else args.threads)

@@ -184,7 +184,7 @@ class LatentEstimator:
         features = torch.stack(list(self._rows)).unsqueeze(0)  # (1, C, 28)
         try:
             with torch.inference_mode():
-                z = self._model.deployed_latent(features)[0].numpy()
+                z = self._model.encoder(features)[0].numpy()
         except Exception:  # a broken encoder must not kill the node: counted, z invalid
             self.counters.count(ENCODER_ERROR)
             return None

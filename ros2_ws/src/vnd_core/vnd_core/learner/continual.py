@@ -117,7 +117,6 @@ class LearnerConfig:
     anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
     pool_fraction: float = 0.8  # other episodes whose z is a re-encoded replay latent
     residual_components: str = "translational"  # residual parts the policy trains against
-    latent_pathway_only: bool = False  # train only the policy weights that read z (see docs)
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
     seed: int = 0  # seeds fit, training and eviction (each update offsets it by its version)
 
@@ -539,7 +538,6 @@ class ContinualLearner:
             ),
             trust_region=region,
             components=c.residual_components,
-            latent_pathway_only=c.latent_pathway_only,
         )
         metrics["train"] = {
             k: summary[k] for k in ("iterations", "first_loss", "final_loss", "final_pos_error_m")

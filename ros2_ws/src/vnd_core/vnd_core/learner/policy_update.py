@@ -9,13 +9,6 @@ episodes draws z from the re-encoded replay itself (plus a little jitter), so th
 actually met get most of the training budget of a short update. The policy reads z in its
 observation and starts from the active policy's weights.
 
-In flight the latent lags a change of condition: the encoder needs most of a second of the new
-condition's transitions to move its latent there. With ``TrainerConfig.switch_fraction`` (an
-option, 0 in the learner's presets) that share of the training episodes changes z midway while
-the policy observes a first-order approach to the new z, so the policy also trains on flying a
-condition its latent has not caught up with yet. Measured with 0.6 on three fitted models, the
-recovery from wind B into a returning wind A changed by -0.15, +0.12 and +0.09 s: no gain.
-
 The training environment is the trainer's, minus what the model already holds: the trainer
 wraps its dynamics in random motor lags and linear drag so that a policy trained on the bare
 prior flies the real vehicle; the residual, fitted on that vehicle's own flights, already has
@@ -62,7 +55,6 @@ def train_policy_on_model(
     pool_fraction: float = 0.5,
     pool_weights: torch.Tensor | None = None,
     components: str = "translational",
-    latent_pathway_only: bool = False,
     *,
     trust_region: TrustRegion,
 ) -> dict:
@@ -72,8 +64,7 @@ def train_policy_on_model(
     drawn in proportion to ``pool_weights`` (M,) when given;
     residual clipped to ``residual_bound`` (12,) when given, weighted by ``trust_region``
     (:class:`TrustRegion`; pass the fitted dataset's) and restricted to ``components``;
-    see the module docstring). ``latent_pathway_only``: train only the weights that read z
-    (:func:`_train_latent_pathway_only`).
+    see the module docstring).
 
     ``policy`` is the warm start (pass a copy of the active policy); its latent size must equal
     the model's. The model is frozen (``frozen_dynamics``). Returns the trainer's JSON-able
@@ -86,17 +77,12 @@ def train_policy_on_model(
     if not 0.0 <= anchor_fraction < 1.0:
         raise ValueError(f"anchor_fraction must be within [0, 1), got {anchor_fraction}")
     policy.train()
-    restore = _train_latent_pathway_only(policy) if latent_pathway_only else None
     dynamics = anchored_dynamics(model, residual_bound, components, trust_region=trust_region)
     sampler = anchored_latent(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
     trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
-    try:
-        summary = trainer.train(progress=progress)
-    finally:
-        if restore is not None:
-            restore()
+    summary = trainer.train(progress=progress)
     policy.eval()
     return summary
 
@@ -111,30 +97,6 @@ def on_model_environment(config: TrainerConfig) -> TrainerConfig:
     """``config`` with the motor lags and the linear drag of the training environment off (the
     fitted residual holds the vehicle's own; see the module docstring)."""
     return dataclasses.replace(config, thrust_lag_max_s=0.0, rate_lag_max_s=0.0, drag_max_per_s=0.0)
-
-
-def _train_latent_pathway_only(policy: PolicyNet) -> Callable[[], None]:
-    """Let training change only the first-layer weights on the z inputs; returns the undo.
-
-    With z = 0 such a policy commands exactly what the active one did, so calm flight (and the
-    encoder's warm-up, z = 0) keeps the behaviour earned by the long base training, while the
-    latent learns a condition-dependent shift of the first hidden layer. Gradients of every
-    other weight are dropped (Adam leaves a weight with zero gradient and zero moments alone).
-    """
-    first = policy.net[0].weight
-    mask = torch.zeros_like(first)
-    mask[:, first.shape[1] - policy.latent_dim :] = 1.0
-    frozen = [p for p in policy.parameters() if p is not first and p.requires_grad]
-    for p in frozen:
-        p.requires_grad_(False)
-    handle = first.register_hook(lambda grad: grad * mask)
-
-    def restore() -> None:
-        handle.remove()
-        for p in frozen:
-            p.requires_grad_(True)
-
-    return restore
 
 
 POOL_JITTER = 0.1  # std of the noise added to a latent drawn from the replay pool

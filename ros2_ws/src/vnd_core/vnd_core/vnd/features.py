@@ -87,8 +87,8 @@ def context_features(
     """Context features of a window: states (..., C+1, 13), actions (..., C, 4) -> (..., C, 28).
 
     Step k of the result describes the transition ``states[k] --actions[k]--> states[k+1]``:
-    its dynamics input followed by its prior error. The encoder reads the columns its
-    architecture names (``VNDModelConfig.encoder_inputs``: all, or the prior error only).
+    its dynamics input followed by its prior error. The encoder reads the prior error only
+    (``vnd_core.vnd.model.ENCODER_FIRST_COLUMN``).
     """
     if states.shape[-2] != actions.shape[-2] + 1:
         raise ValueError(

@@ -44,20 +44,6 @@ class FitConfig:
     lambda_slow: float = 3.0  # weight of the latent consistency term (see vnd_losses)
     lambda_sens: float = 10.0  # weight of the residual's input-sensitivity penalty (losses.py)
     slow_offset: int = 25  # partner windows start up to this many transitions later
-    # Onset windows: a share of each batch gets the older part of its context replaced by
-    # another window's, keeping only its newest splice_min..max_recent transitions, so the
-    # latent must follow the newest transitions when a condition has just changed. Off in the
-    # presets: it makes the latent reach a returning wind in 0.1-0.2 s instead of 0.3-0.75 s,
-    # and the onset's error peak fell from 0.11-0.12 m to 0.07-0.08 m in simulated-time
-    # replays, but the latent jitters more within a condition (keeping 1-10 transitions:
-    # steady error under wind doubled; keeping 3-10 or 5-10: up 25-50 %, with later excursions
-    # that made one replay in three recover later, not sooner).
-    splice_fraction: float = 0.0  # share of each batch with a spliced context
-    splice_min_recent: int = 1  # fewest own (newest) transitions a spliced context keeps
-    splice_max_recent: int = 10  # most own (newest) transitions a spliced context keeps
-    # models with a short context (VNDModelConfig.short_context_len) only:
-    short_fraction: float = 0.25  # share of each batch encoded from its newest transitions only
-    short_switch_quantile: float = 0.99  # of |z_short - z| over the data: the switch distance
     mmd_warmup_frac: float = 0.1  # fraction of steps with MMD weight 0
     mmd_ramp_frac: float = 0.4  # fraction of steps over which the MMD weight ramps up
     seed: int = 0  # seeds batch sampling, the prior samples and (cold start) the weights
@@ -75,18 +61,6 @@ class FitConfig:
             raise ValueError("batch_size must be >= 2 (the MMD needs pairs)")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0.0 <= self.splice_fraction < 1.0:
-            raise ValueError(f"splice_fraction must be within [0, 1), got {self.splice_fraction}")
-        if not 0.0 <= self.short_fraction < 1.0 or not 0.0 < self.short_switch_quantile <= 1.0:
-            raise ValueError(
-                "short_fraction must be within [0, 1) and short_switch_quantile within (0, 1], "
-                f"got {self.short_fraction} and {self.short_switch_quantile}"
-            )
-        if not 1 <= self.splice_min_recent <= self.splice_max_recent:
-            raise ValueError(
-                "splice_min_recent and splice_max_recent must satisfy 1 <= min <= max, got "
-                f"{self.splice_min_recent} and {self.splice_max_recent}"
-            )
 
     @classmethod
     def quick(cls, **overrides) -> FitConfig:
@@ -105,7 +79,6 @@ class FitReport:
     history: list[dict[str, float]] = field(default_factory=list)  # per log interval
     num_windows: int = 0  # windows available for training
     latents: EncodedLatents | None = None  # re-encoded dataset (if config.encode_after)
-    short_switch_distance: float | None = None  # fitted switch distance (short-context models)
 
 
 def fit_vnd(
@@ -161,13 +134,6 @@ def fit_vnd(
     history: list[dict[str, float]] = []
     window: list[dict[str, float]] = []
     step, stopped_early = 0, False
-    # windows per batch with a spliced context (at least one keeps its own, for the rec term)
-    num_spliced = num_short = 0
-    if config.use_latent:
-        num_spliced = min(round(config.splice_fraction * config.batch_size), config.batch_size - 1)
-        if model.config.short_context_len:  # the rows before the spliced ones
-            free = config.batch_size - 1 - num_spliced
-            num_short = min(round(config.short_fraction * config.batch_size), free)
     while step < config.steps:
         if config.max_time_s is not None and time.perf_counter() - start_time > config.max_time_s:
             stopped_early = True
@@ -178,15 +144,6 @@ def fit_vnd(
                 torch.randint(len(focused), (num_focused,), generator=generator)
             ]
         batch = dataset.gather(pick, model.context_len, config.horizon)
-        if num_spliced:
-            batch.context = splice_contexts(
-                dataset,
-                starts,
-                batch.context,
-                num_spliced,
-                (config.splice_min_recent, config.splice_max_recent),
-                generator,
-            )
         partner = None
         if config.use_latent and config.lambda_slow > 0:
             later = dataset.partner_starts(
@@ -194,9 +151,7 @@ def fit_vnd(
             )
             partner = dataset.context(later, model.context_len)
         mmd_weight = schedule.weight(step, config.steps)
-        losses = vnd_losses(
-            model, batch, config, mmd_weight, generator, partner, num_spliced, num_short
-        )
+        losses = vnd_losses(model, batch, config, mmd_weight, generator, partner)
         optimizer.zero_grad(set_to_none=True)
         losses["total"].backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
@@ -211,12 +166,8 @@ def fit_vnd(
     if window:
         history.append(_mean_losses(window, step))
     model.eval()
-    switch = None
-    if config.use_latent and model.config.short_context_len:
-        switch = model.fit_short_switch(dataset, config.short_switch_quantile)
     latents = model.encode_all(dataset) if config.encode_after and config.use_latent else None
     return FitReport(
-        short_switch_distance=switch,
         steps=step,
         wall_s=time.perf_counter() - start_time,
         stopped_early=stopped_early,
@@ -225,33 +176,6 @@ def fit_vnd(
         num_windows=len(starts),
         latents=latents,
     )
-
-
-def splice_contexts(
-    dataset: TransitionDataset,
-    starts: torch.Tensor,
-    context: torch.Tensor,
-    count: int,
-    recent: tuple[int, int],
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """``context`` (B, C, 28) with its last ``count`` rows spliced: each keeps its newest
-    r ~ U{lo..hi} transitions (``recent`` = (lo, hi), both capped at C - 1) and takes the
-    older C - r from a random window of ``starts`` (M,). The targets stay the row's own, so
-    the latent has to follow the newest transitions, as at the onset of a new condition (the
-    donor is usually another part of the flight, so often another condition)."""
-    batch, context_len = context.shape[0], context.shape[1]
-    count = min(count, batch)
-    if count == 0 or context_len < 2:
-        return context
-    donors = starts[torch.randint(len(starts), (count,), generator=generator)]
-    donor = dataset.context(donors, context_len)  # (count, C, 28)
-    low, high = (min(r, context_len - 1) for r in recent)
-    kept = torch.randint(low, high + 1, (count, 1), generator=generator)
-    older = torch.arange(context_len)[None, :] < (context_len - kept)  # (count, C)
-    spliced = context.clone()
-    spliced[batch - count :] = torch.where(older[..., None], donor, context[batch - count :])
-    return spliced
 
 
 def _focus_starts(starts: torch.Tensor, focus: torch.Tensor | None) -> torch.Tensor:
@@ -272,8 +196,6 @@ def vnd_losses(
     mmd_weight: float,
     generator: torch.Generator | None = None,
     partner_context: torch.Tensor | None = None,
-    num_spliced: int = 0,
-    num_short: int = 0,
 ) -> dict[str, torch.Tensor]:
     """Loss terms (scalars) of one batch: residual (Huber), rec (L2), mmd, slow, sens (the
     residual's input-sensitivity penalty), total (weighted sum).
@@ -284,11 +206,6 @@ def vnd_losses(
     segment for each window: conditions persist for seconds, so the two latents should agree
     (squared distance, the "slow" term). Without it the encoder is free to spend the spread
     the MMD asks for on measurement noise, and the deployed z jitters within one condition.
-    The last ``num_spliced`` windows have spliced contexts (:func:`splice_contexts`): they take
-    part in every term but the reconstruction, whose target (a mixed context) means nothing.
-    The ``num_short`` windows before those are encoded from their newest
-    ``short_context_len`` transitions only (the fast latent of
-    :meth:`~vnd_core.vnd.model.VNDModel.deployed_latent`); no reconstruction either.
     """
     if not config.use_latent:
         # The same residual network and loss with the latent pinned at the prior mean: the
@@ -300,21 +217,14 @@ def vnd_losses(
             contexts = torch.cat([contexts, partner_context])
         latents = model.encoder(contexts)  # (B or 2B, nz)
         z = latents[: len(batch.context)]  # (B, nz)
-        if num_short:
-            high = len(z) - num_spliced
-            low = high - num_short
-            short = model.config.short_context_len
-            z_short = model.encoder(batch.context[low:high, -short:])
-            z = torch.cat([z[:low], z_short, z[high:]])
     predicted = model.residual.normalized(batch.inputs, z[:, None, :])  # (B, K, 12)
     target = batch.targets / model.residual.target_std
     residual = residual_huber(predicted, target, config.huber_delta)
     sens = _sensitivity(model, batch, z.detach(), config)
     rec = mmd = slow = residual.new_zeros(())
     if config.use_latent:
-        whole = len(z) - num_spliced - num_short
         rec = reconstruction_l2(  # of what the encoder reads
-            model.decoder(z[:whole]), model.encoder.normalized(batch.context[:whole])
+            model.decoder(z), model.encoder.normalized(batch.context)
         )
         mmd = mmd_imq(z, torch.randn(z.shape, generator=generator))
         if partner_context is not None:

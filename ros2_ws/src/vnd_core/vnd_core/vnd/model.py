@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vnd_core.config_io import from_mapping
+from vnd_core.config_io import ConfigError, from_mapping
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel, NominalModelConfig
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import Segment, TransitionDataset
@@ -27,9 +27,17 @@ from vnd_core.vnd.features import (
 )
 from vnd_core.vnd.residual import FiLMResidual
 
-# first context feature column the encoder reads, per VNDModelConfig.encoder_inputs (a feature
-# row is the INPUT_DIM dynamics inputs followed by the prior-error components)
-ENCODER_FIRST_COLUMN = {"all": 0, "prior_error": INPUT_DIM}
+# First context feature column the encoder reads: a feature row is the INPUT_DIM dynamics
+# inputs followed by the prior-error components, and the encoder reads the prior error only.
+# The dynamics inputs say how the vehicle was flown, which changes when a new policy flies the
+# same condition, so an encoder reading them moves a known condition's latent away from where
+# the policy learned it.
+ENCODER_FIRST_COLUMN = INPUT_DIM
+# Architecture fields that earlier versions had and this one does not, each with the one value
+# this version computes; a bundle whose model sets another value needs the removed option.
+RETIRED_FIELDS = {"short_context_len": 0, "encoder_inputs": "prior_error"}
+# what an absent retired field means (bundles written before encoder_inputs existed read all)
+_RETIRED_ABSENT = {"encoder_inputs": "all"}
 INPUT_STD_FLOOR = 1e-2  # smallest std a dynamics input is normalised by (m/s, 1, rad/s, N)
 
 
@@ -54,20 +62,6 @@ class VNDModelConfig:
     # plus motor and rate-loop lag act like about 2 ticks, and pairing with a_t instead makes
     # the 10-step open-loop error of prior + residual worse than the prior's own on agile flight
     action_delay_ticks: int = 2
-    # Fast latent at a condition change (0: off). The whole window averages out measurement
-    # noise but takes most of its length to follow a change; the encoder is also trained on the
-    # newest ``short_context_len`` transitions alone, and the deployed latent is that short
-    # window's whenever it departs from the whole window's by more than a threshold fitted on
-    # the data (:meth:`VNDModel.deployed_latent`).
-    short_context_len: int = 0
-    # What the encoder reads of each context transition: "prior_error" (its 12 components) or
-    # "all" 28 features (the 16 dynamics inputs too, as every model before session 13). The
-    # dynamics inputs say how the vehicle was flown, which changes when a new policy flies the
-    # same condition: in five of seven demo runs, an encoder reading them put wind B 1.6-2.7
-    # away from its replay latent (wind B to calm: 2.3-2.6) once the update that learned it
-    # tilted into it, and that update flew wind B at 7.2-10.8 cm against 3.8-4.5 cm with the
-    # replay latent held (session 13).
-    encoder_inputs: str = "prior_error"
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -76,18 +70,8 @@ class VNDModelConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.residual_hidden or min(self.residual_hidden) < 1:
             raise ValueError(f"residual_hidden needs sizes >= 1, got {self.residual_hidden}")
-        if not 0 <= self.short_context_len < self.context_len:
-            raise ValueError(
-                f"short_context_len must be within [0, context_len = {self.context_len}), "
-                f"got {self.short_context_len}"
-            )
         if self.action_delay_ticks < 0:
             raise ValueError(f"action_delay_ticks must be >= 0, got {self.action_delay_ticks}")
-        if self.encoder_inputs not in ENCODER_FIRST_COLUMN:
-            raise ValueError(
-                f"encoder_inputs must be one of {sorted(ENCODER_FIRST_COLUMN)}, "
-                f"got {self.encoder_inputs!r}"
-            )
         if not self.dt_s > 0 or self.prior_substeps < 1:
             raise ValueError(
                 f"need dt_s > 0 and prior_substeps >= 1, got {self.dt_s}, {self.prior_substeps}"
@@ -122,7 +106,7 @@ class VNDModel(nn.Module):
             CONTEXT_FEATURE_DIM,
             cfg.latent_dim,
             cfg.encoder_hidden,
-            ENCODER_FIRST_COLUMN[cfg.encoder_inputs],
+            ENCODER_FIRST_COLUMN,
         )
         self.residual = FiLMResidual(
             INPUT_DIM,
@@ -137,9 +121,6 @@ class VNDModel(nn.Module):
         )
         # Set once statistics come from data; a warm-started fit keeps them (see fit.py).
         self.register_buffer("normalizers_fitted", torch.zeros((), dtype=torch.bool))
-        if cfg.short_context_len:  # only then, so bundles of models without it still load
-            # distance |z_short - z| beyond which the deployed latent is z_short (inf: never)
-            self.register_buffer("short_switch_distance", torch.full((1,), float("inf")))
 
     # ----------------------------------------------------------------- bundle support
     @property
@@ -153,8 +134,13 @@ class VNDModel(nn.Module):
         return self.config.context_len
 
     def architecture(self) -> dict[str, Any]:
-        """Constructor arguments as a JSON-serialisable dict (tuples become lists)."""
-        arch = dataclasses.asdict(self.config)
+        """Constructor arguments as a JSON-serialisable dict (tuples become lists).
+
+        The :data:`RETIRED_FIELDS` are written too, at the values this version computes: an
+        absent ``encoder_inputs`` keeps meaning a bundle from before that field existed, and
+        earlier versions rebuild these models as they are.
+        """
+        arch = {**RETIRED_FIELDS, **dataclasses.asdict(self.config)}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in arch.items()}
 
     @classmethod
@@ -162,10 +148,27 @@ class VNDModel(nn.Module):
         """Rebuild an untrained model from :meth:`architecture` output; load weights after.
 
         Unknown, missing-without-default or mistyped fields raise ConfigError naming them. A
-        bundle written before ``encoder_inputs`` existed has an encoder that reads every feature.
+        field of :data:`RETIRED_FIELDS` at the value this version computes is ignored; at any
+        other value (or ``encoder_inputs`` absent: a bundle written before it existed, whose
+        encoder reads every feature) the model needs an option this version no longer has,
+        and ConfigError names the field and what to do.
         """
-        arch = {"encoder_inputs": "all", **arch}
-        return cls(vehicle, from_mapping(VNDModelConfig, arch, "vnd model architecture"))
+        arch = dict(arch)
+        retired = {
+            name: arch.pop(name, _RETIRED_ABSENT.get(name, kept))
+            for name, kept in RETIRED_FIELDS.items()
+        }
+        config = from_mapping(VNDModelConfig, arch, "vnd model architecture")
+        for name, value in retired.items():
+            kept = RETIRED_FIELDS[name]
+            if value != kept:
+                raise ConfigError(
+                    f"vnd model architecture: {name} = {value!r} is an option this version no "
+                    f"longer has (it builds {name} = {kept!r} models only): train a new model "
+                    "with this version, starting the learner (or `vnd learn --init`) from a "
+                    "bundle without a model such as the shipped base bundle"
+                )
+        return cls(vehicle, config)
 
     # ----------------------------------------------------------------- inference
     def encode(self, window_states: torch.Tensor, window_actions: torch.Tensor) -> torch.Tensor:
@@ -182,48 +185,6 @@ class VNDModel(nn.Module):
                 f"got {window_actions.shape[-2]}"
             )
         return self.encoder(context_features(self.prior, window_states, window_actions))
-
-    def deployed_latent(self, features: torch.Tensor) -> torch.Tensor:
-        """The latent flown (B, nz) from context features (B, C, 28) (``context_features``).
-
-        Without ``short_context_len``: the encoder's latent of the whole window. With it: the
-        latent of the newest ``short_context_len`` transitions where it lies further than
-        ``short_switch_distance`` from the whole window's (a condition has just changed and
-        the whole window still averages over the old one), else the whole window's. It depends
-        on the window alone, like the encoder, so every tick can be recomputed from its log.
-        """
-        z = self.encoder(features)
-        short = self.config.short_context_len
-        if not short:
-            return z
-        z_short = self.encoder(features[:, -short:])
-        departed = (z_short - z).norm(dim=-1, keepdim=True) > self.short_switch_distance
-        return torch.where(departed, z_short, z)
-
-    @torch.no_grad()
-    def fit_short_switch(self, dataset: TransitionDataset, quantile: float) -> float:
-        """Set ``short_switch_distance`` to the ``quantile`` of |z_short - z| over every
-        window of ``dataset`` (within a condition the two differ by noise only; at a change
-        by much more) and return it; a model without ``short_context_len`` is left alone
-        (returns inf)."""
-        short = self.config.short_context_len
-        if not short:
-            return float("inf")
-        was_training = self.training
-        self.eval()
-        try:
-            starts = dataset.window_starts(self.context_len, 0)
-            gaps = [
-                (self.encoder(ctx[:, -short:]) - self.encoder(ctx)).norm(dim=-1)
-                for ctx in (dataset.context(part, self.context_len) for part in starts.split(4096))
-            ]
-        finally:
-            self.train(was_training)
-        if not gaps:
-            return float("inf")
-        distance = float(torch.quantile(torch.cat(gaps), quantile))
-        self.short_switch_distance.fill_(distance)
-        return distance
 
     def residual_correction(
         self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor
