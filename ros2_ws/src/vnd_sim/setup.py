@@ -20,6 +20,7 @@ setup(
     entry_points={
         "console_scripts": [
             "sim_node = vnd_sim.sim_node:main",
+            "odom_fault_node = vnd_sim.odom_fault_node:main",
         ],
     },
 )

@@ -15,9 +15,12 @@ import time
 import numpy as np
 import pytest
 import torch
+import yaml
 from vnd_core.bundle import bundle_to_bytes
+from vnd_core.evaluation.fault_flight import WIND_SCENARIO
 from vnd_core.flight.blind import tilt_rad
 from vnd_core.flight.msgfields import odometry_state
+from vnd_core.flight.msgfields import stamp_ns as stamp_of
 from vnd_core.flight.safety import Mode
 from vnd_ros.qos import (
     qos_profile_default,
@@ -34,14 +37,25 @@ FLY_BEFORE_FAULT_S = 3.0  # policy flight before the fault
 class SimStack:
     """sim + pose filter (+ encoder) + policy in namespace ``ns``, and a recording peer."""
 
-    def __init__(self, harness, ns: str, scenario: str, encoder: bool, *policy_args: str):
+    def __init__(
+        self,
+        harness,
+        ns: str,
+        scenario: str,
+        encoder: bool,
+        *policy_args: str,
+        odom_faults: bool = False,
+        seed: int = 1,
+    ):
         H = self.H = harness
         common = ["-r", f"__ns:={ns}"]
+        # With odom_faults the injector sits between the pose filter and the policy.
+        filtered = ["-r", "odom:=odom_filtered"] if odom_faults else []
         self.nodes = {
             "sim": H.NodeProcess(
-                "vnd_sim.sim_node", [*common, "-p", f"scenario:={scenario}", "-p", "seed:=1"]
+                "vnd_sim.sim_node", [*common, "-p", f"scenario:={scenario}", "-p", f"seed:={seed}"]
             ),
-            "pose_filter": H.NodeProcess("vnd_encoder.pose_filter_node", common),
+            "pose_filter": H.NodeProcess("vnd_encoder.pose_filter_node", [*common, *filtered]),
             "policy": H.NodeProcess(
                 "vnd_policy.policy_node",
                 [
@@ -56,6 +70,10 @@ class SimStack:
         }
         if encoder:
             self.nodes["encoder"] = H.NodeProcess("vnd_encoder.encoder_node", common)
+        if odom_faults:
+            self.nodes["odom_fault"] = H.NodeProcess(
+                "vnd_sim.odom_fault_node", [*common, "-r", "odom_in:=odom_filtered"]
+            )
         self.peer = H.Peer(ns)
         self.truth = self.peer.record("nav_msgs/msg/Odometry", "sim/truth", qos_profile_default)
         self.commands = self.peer.record(
@@ -82,6 +100,20 @@ class SimStack:
         self.nodes[name].proc.wait(timeout=10)
         return time.time()
 
+    def inject(self, fault: str) -> int:
+        """Ask the fault injector for ``fault``; returns the stamp of its first faulty sample."""
+        cls, pub = self.peer.publisher("std_msgs/msg/String", "sim/odom_fault", qos_profile_status)
+        pub.publish(cls(data=fault))
+        line = self.nodes["odom_fault"].wait_log(f"odometry fault {fault} from stamp", 10.0)
+        return int(line.rsplit(" ", 1)[1])
+
+    def truth_from_stamp(self, stamp_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time since ``stamp_ns`` (N,) [s], true states (N, 13)) stamped from it on."""
+        rows = [(stamp_of(m.header.stamp), m) for _, m in list(self.truth)]
+        rows = [(t, m) for t, m in rows if t >= stamp_ns]
+        t_s = np.array([(t - stamp_ns) / 1e9 for t, _ in rows])
+        return t_s, np.array([odometry_state(m) for _, m in rows])
+
     def truth_after(self, t_s: float) -> np.ndarray:
         """True states (N, 13) received after wall time ``t_s``."""
         return np.array([odometry_state(m) for t, m in self.truth if t >= t_s])
@@ -102,8 +134,10 @@ class SimStack:
 def stack(harness, request):
     stacks = []
 
-    def start(ns: str, scenario: str, encoder: bool = False, *policy_args: str) -> SimStack:
-        stacks.append(SimStack(harness, ns, scenario, encoder, *policy_args))
+    def start(
+        ns: str, scenario: str, encoder: bool = False, *policy_args: str, **options
+    ) -> SimStack:
+        stacks.append(SimStack(harness, ns, scenario, encoder, *policy_args, **options))
         return stacks[-1]
 
     yield start
@@ -222,3 +256,76 @@ def test_killed_encoder_leaves_the_policy_on_z0_and_status_and_preflight_say_so(
     assert preflight.returncode == 1, preflight.stdout + preflight.stderr
     row = next(line for line in preflight.stdout.splitlines() if line.startswith("node warnings"))
     assert " FAIL " in row and "z = 0" in row, preflight.stdout
+
+
+BLIND_TILT_LIMIT_DEG = 30.0  # the blind fallback's 20 degrees, plus real-process slack
+
+
+def scenario_arg(flight_state: str, tmp_path) -> str:
+    """The sim's and the policy's scenario parameter for a fault-flight state."""
+    if flight_state != "wind":
+        return {"hover": "hover_calm", "figure8": "figure8_calm"}[flight_state]
+    path = tmp_path / "hover_wind_4mps.yaml"
+    path.write_text(yaml.safe_dump(WIND_SCENARIO))
+    return str(path)
+
+
+def policy_modes(s: SimStack) -> str:
+    """The policy's mode-change log lines."""
+    return "\n".join(line for line in s.nodes["policy"].lines if "mode " in line)
+
+
+@pytest.mark.parametrize(
+    ("fault", "flight_state"),
+    [("freeze_fresh", "figure8"), ("freeze_old", "hover"), ("nan", "wind")],
+)
+def test_unusable_odometry_in_flight_levels_and_lands_the_vehicle(
+    stack, tmp_path, fault, flight_state
+):
+    scenario = scenario_arg(flight_state, tmp_path)
+    s = stack(f"/ff_{fault}_{flight_state}", scenario, odom_faults=True)
+    s.fly()
+    fault_ns = s.inject(fault)
+    s.H.wait_for(
+        lambda: s.commands[-1][1].mode == Mode.DISARMED, 20.0, "the blind landing to disarm"
+    )
+    time.sleep(0.5)
+    t_s, after = s.truth_from_stamp(fault_ns)
+    tilts_deg = np.degrees([tilt_rad(q) for q in after[:, 3:7]])
+    log = policy_modes(s)
+    assert s.sim_counters()["crashed"] == 0, log
+    assert tilts_deg[t_s >= 0.5].max() < BLIND_TILT_LIMIT_DEG, log
+    assert after[-1, 2] == pytest.approx(0.0, abs=1e-6), log  # on the floor (the sim's contact)
+    assert np.linalg.norm(after[-1, 7:10]) == 0.0, log  # resting
+    assert np.linalg.norm(after[-1, :2] - after[0, :2]) < 2.5, log
+    assert np.all(np.abs(after[-1, :2]) < 3.0), log  # inside the geofence
+    assert "-> fallback_hold:" in log and "-> disarmed: blind_disarm" in log, log
+
+
+@pytest.mark.parametrize("flight_state", ["hover", "wind"])
+def test_a_one_metre_odometry_jump_in_flight_is_caught_without_a_crash(
+    stack, tmp_path, flight_state
+):
+    s = stack(f"/ff_jump_{flight_state}", scenario_arg(flight_state, tmp_path), odom_faults=True)
+    s.fly()
+    fault_ns = s.inject("jump")
+    time.sleep(6.0)
+    _, after = s.truth_from_stamp(fault_ns)
+    log = policy_modes(s)
+    assert s.sim_counters()["crashed"] == 0, log
+    assert "-> fallback_hold: odom_jump" in log, log
+    assert np.all(np.abs(after[:, :2]) < 3.0), log  # never left the geofence
+    assert np.degrees([tilt_rad(q) for q in after[:, 3:7]]).max() < 45.0, log
+
+
+def test_half_rate_odometry_in_the_figure_eight_keeps_the_policy_flying(stack, tmp_path):
+    s = stack("/ff_half_rate", "figure8_calm", odom_faults=True)
+    s.fly()
+    fault_ns = s.inject("half_rate")
+    time.sleep(4.0)
+    flown = [m for _, m in s.commands if stamp_of(m.header.stamp) >= fault_ns]
+    assert len(flown) > 100  # about 50 Hz for 4 s: every 50 Hz sample still ticks
+    assert all(m.mode == Mode.POLICY for m in flown), policy_modes(s)
+    assert s.sim_counters()["crashed"] == 0
+    _, after = s.truth_from_stamp(fault_ns)
+    assert np.degrees([tilt_rad(q) for q in after[:, 3:7]]).max() < 45.0

@@ -9,14 +9,7 @@ after the last tick's) and its watchdog (a tick when none came for a period plus
 ``tick_margin_s``), and each command reaching the plant 1 ms after the tick. The encoder is
 left out (the policy flies on z = 0), so what is measured is the safety layer's own doing.
 
-Faults act on the odometry from ``fault_at_s`` to the end:
-
-- ``stop``: no odometry at all (the pose filter died);
-- ``freeze_fresh``: the last good message repeated with fresh stamps (a frozen driver);
-- ``freeze_old``: the last good message repeated with its old stamp;
-- ``jump``: every sample 1 m off along x (a motion-capture re-origin);
-- ``half_rate``: every other sample dropped;
-- ``nan``: every sample's position is NaN.
+Faults (``vnd_core.evaluation.odometry_faults``) act on the odometry from the fault to the end.
 
 ``response="level_hover"`` replaces the stack's commands from the fault on by an ideal cut to a
 level hover (level attitude from the true state, thrust for the weight), the reference the
@@ -32,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from vnd_core.bundle import Bundle
+from vnd_core.evaluation.odometry_faults import FAULTS, OdometryFault
 from vnd_core.flight.blind import tilt_rad
 from vnd_core.flight.controller import PolicyController
 from vnd_core.flight.fallback import FallbackController, yaw_of
@@ -41,11 +35,10 @@ from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario, load_scenario, scenario_from_mapping
 from vnd_core.simulation import SimulatedVehicle, SimulationConfig
 from vnd_core.state import POS, QUAT, VEL
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
 NS_PER_MS = 1_000_000
-NS_PER_S = 1_000_000_000
-FAULTS = ("none", "stop", "freeze_fresh", "freeze_old", "jump", "half_rate", "nan")
 FLIGHT_STATES = ("hover", "figure8", "wind")
 RESPONSES = ("stack", "level_hover")
 LEVEL_DEG = 10.0  # "level" in time_to_level_s: tilt below this
@@ -100,25 +93,22 @@ class FaultOutcome:
         return {k: (v if not isinstance(v, tuple) else list(v)) for k, v in vars(self).items()}
 
 
+WIND_SCENARIO = {
+    "name": "hover_wind_4mps",
+    "description": "hover in a steady 4 m/s wind along +x",
+    "duration_s": 60.0,
+    "reference": {"kind": "hover", "center_m": [0.0, 0.0, 1.2]},
+    "phases": [{"name": "wind", "start_s": 0.0}],
+    "events": [{"at_s": 0.0, "type": "wind", "kind": "constant", "velocity_mps": [4, 0, 0]}],
+}  # the ``wind`` flight state (a scenario mapping, as in config/scenarios/*.yaml)
+SCENARIO_NAMES = {"hover": "hover_calm", "figure8": "figure8_calm"}  # the other flight states
+
+
 def flight_scenario(flight_state: str) -> Scenario:
     """The scenario flown for ``flight_state``."""
-    if flight_state == "hover":
-        return load_scenario("hover_calm")
-    if flight_state == "figure8":
-        return load_scenario("figure8_calm")
-    return scenario_from_mapping(
-        {
-            "name": "hover_wind_4mps",
-            "description": "hover in a steady 4 m/s wind along +x",
-            "duration_s": 60.0,
-            "reference": {"kind": "hover", "center_m": [0.0, 0.0, 1.2]},
-            "phases": [{"name": "wind", "start_s": 0.0}],
-            "events": [
-                {"at_s": 0.0, "type": "wind", "kind": "constant", "velocity_mps": [4, 0, 0]}
-            ],
-        },
-        "fault flight wind",
-    )
+    if flight_state in SCENARIO_NAMES:
+        return load_scenario(SCENARIO_NAMES[flight_state])
+    return scenario_from_mapping(WIND_SCENARIO, "fault flight wind")
 
 
 def fault_time_s(scenario: Scenario, warmup_s: float) -> float:
@@ -129,37 +119,6 @@ def fault_time_s(scenario: Scenario, warmup_s: float) -> float:
     times = warmup_s + np.arange(0.0, scenario.reference.period_s, 0.01)
     speeds = np.linalg.norm(reference_numpy(scenario.reference, times)[1], axis=-1)
     return float(times[int(np.argmax(speeds))])
-
-
-class _OdometryFault:
-    """Turns the pose filter's output into what the policy receives."""
-
-    def __init__(self, fault: str, fault_at_ns: int) -> None:
-        self.fault = fault
-        self.fault_at_ns = fault_at_ns
-        self._last_good: tuple[np.ndarray, int] | None = None
-        self._count = 0
-
-    def __call__(self, state: np.ndarray, stamp_ns: int) -> tuple[np.ndarray, int] | None:
-        if self.fault == "none" or stamp_ns < self.fault_at_ns:
-            self._last_good = (state, stamp_ns)
-            return state, stamp_ns
-        self._count += 1
-        if self.fault == "stop":
-            return None
-        if self.fault == "freeze_fresh" and self._last_good is not None:
-            return self._last_good[0], stamp_ns
-        if self.fault == "freeze_old":
-            return self._last_good
-        if self.fault == "jump":
-            moved = state.copy()
-            moved[0] += 1.0
-            return moved, stamp_ns
-        if self.fault == "half_rate":
-            return (state, stamp_ns) if self._count % 2 else None
-        broken = state.copy()
-        broken[POS] = math.nan
-        return broken, stamp_ns
 
 
 def _level_hover(vehicle: VehicleParams, truth: np.ndarray, yaw_rad: float) -> np.ndarray:
@@ -233,7 +192,7 @@ class _Loop:
             if now_ns % (2 * NS_PER_MS) == 0:
                 for sample in self.sim.advance_to(now_ns):
                     if fault is None and self.sim.started and sample.time_s >= fault_s:
-                        fault = _OdometryFault(self.flight.fault, sample.stamp_ns)
+                        fault = OdometryFault(self.flight.fault, sample.stamp_ns)
                         self.fault_origin = (sample.truth, yaw_of(sample.truth[QUAT]))
                         self.fault_ns = sample.stamp_ns
                     self._on_pose(sample, fault)
