@@ -18,8 +18,7 @@ import sys
 
 import numpy as np
 import torch
-from vnd_core.bundle import load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.evaluation.continual_loop import VNDMethod, run_method
 from vnd_core.learner import LearnerConfig
 from vnd_core.recovery import recovery

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from vnd_core.bundle import load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.evaluation.fault_flight import FAULTS, FLIGHT_STATES, FaultFlight, fly_fault
 from vnd_core.vehicle import load_vehicle
 

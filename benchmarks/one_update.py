@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from vnd_core.bundle import Bundle, load_bundle, save_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import Bundle, load_bundle, save_bundle, shipped_bundle_path
 from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight
 from vnd_core.learner.records import TickRecords
 from vnd_core.learner_store.replay_store import ReplayStore, StoreTopic

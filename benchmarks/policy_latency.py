@@ -13,8 +13,7 @@ import time
 
 import numpy as np
 import torch
-from vnd_core.bundle import load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.policy import PolicyRunner
 from vnd_core.reference import ReferenceSpec
 from vnd_core.state import hover_state

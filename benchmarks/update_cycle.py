@@ -20,8 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from vnd_core.bundle import Bundle, load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight, UpdateResult
 from vnd_core.scenario import load_scenario
 

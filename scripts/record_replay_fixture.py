@@ -58,7 +58,7 @@ def main() -> int:
     os.environ.setdefault("CYCLONEDDS_URI", f"file://{REPO / 'config/cyclonedds_loopback.xml'}")
     os.environ.setdefault("VND_MIDDLEWARE", "dds")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from vnd_core.commands.sim import shipped_bundle_path
+    from vnd_core.bundle import shipped_bundle_path
     from vnd_ros.commands import fly
 
     bundle = (args.bundle or shipped_bundle_path()).resolve()

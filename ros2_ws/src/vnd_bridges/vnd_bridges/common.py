@@ -9,10 +9,10 @@ from typing import Any
 from vnd_core.bridges.gate import CommandGate, CtbrSample, StreamMonitor, Verdict
 from vnd_core.bridges.thrust import ThrustModel
 from vnd_core.config_io import ConfigError, read_yaml, resolve_named
+from vnd_core.units import NS_PER_S
 from vnd_ros.params import param
 
 CTBR_COMMAND_TYPE = "vnd_msgs/msg/CtbrCommand"
-NS_PER_S = 1_000_000_000
 WATCH_PERIOD_S = 0.05  # how often the node checks whether the stream stopped (logging only)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vnd_core.bridges.mavros import ATTITUDE_TARGET_TOPIC, AttitudeTargetFields, MavrosBridge
+from vnd_core.units import NS_PER_S
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data
@@ -21,7 +22,6 @@ from vnd_ros.runtime import Node, init, spin_until_shutdown
 
 from vnd_bridges.common import (
     CTBR_COMMAND_TYPE,
-    NS_PER_S,
     WATCH_PERIOD_S,
     CommandInputConfig,
     StreamLog,

@@ -17,8 +17,15 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
-from vnd_core.bundle import Bundle, BundleError, load_bundle, pack, read_metadata, smoke_test
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import (
+    Bundle,
+    BundleError,
+    load_bundle,
+    pack,
+    read_metadata,
+    shipped_bundle_path,
+    smoke_test,
+)
 from vnd_core.flight.behaviour import (
     DEFAULT_MAX_BODY_RATE_RADPS,
     DEFAULT_MAX_TILT_RAD,

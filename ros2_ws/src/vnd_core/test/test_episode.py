@@ -7,9 +7,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from vnd_core.bundle import load_bundle
+from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.commands import sim
-from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.episode import episode_metrics, run_episode
 from vnd_core.scenario import load_scenario
 

@@ -9,8 +9,7 @@ import math
 
 import pytest
 import torch
-from vnd_core.bundle import load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.evaluation.fault_flight import FLIGHT_STATES, FaultFlight, fly_fault
 from vnd_core.flight.safety import SafetyConfig
 from vnd_core.vehicle import load_vehicle

@@ -8,8 +8,14 @@ import time
 
 import pytest
 import torch
-from vnd_core.bundle import Bundle, BundleError, bundle_to_bytes, load_bundle, save_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import (
+    Bundle,
+    BundleError,
+    bundle_to_bytes,
+    load_bundle,
+    save_bundle,
+    shipped_bundle_path,
+)
 from vnd_core.flight.bundle_runtime import (
     ACTION_ACTIVATE,
     ACTION_ARM,

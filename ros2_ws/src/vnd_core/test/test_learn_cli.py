@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 from rosbags.rosbag2 import Reader
-from vnd_core.bundle import Bundle, load_bundle, save_bundle
+from vnd_core.bundle import Bundle, load_bundle, save_bundle, shipped_bundle_path
 from vnd_core.commands import learn, model_eval
-from vnd_core.commands.sim import shipped_bundle_path
 from vnd_core.evaluation.replay_bag import (
     REPLAY_TOPIC,
     TRANSITION_TYPE,

@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from vnd_core.bundle import load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight
 from vnd_core.scenario import Phase, Scenario, WindEvent, load_scenario
 from vnd_core.trainer import TrainerConfig

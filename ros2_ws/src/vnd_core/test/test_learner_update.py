@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from vnd_core.bundle import Bundle, bundle_to_bytes, content_id, load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import Bundle, bundle_to_bytes, content_id, load_bundle, shipped_bundle_path
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
 from vnd_core.learner.continual import (

@@ -30,6 +30,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ FORMAT_VERSION = 1
 METADATA_KEY = "vnd_bundle"
 POLICY_PREFIX = "policy."
 MODEL_PREFIX = "model."
+SHIPPED_BUNDLE = "base_agile.safetensors"  # file name of the base bundle in vnd_core/data
 _OPTIONAL_TEXT_FIELDS = ("parent_sha256", "lineage")  # absent in older bundles: ""
 _REQUIRED_FIELDS = {
     "format_version": int,
@@ -63,6 +65,12 @@ _REQUIRED_FIELDS = {
 
 class BundleError(ValueError):
     """A bundle is malformed, corrupted or inconsistent; the message names what is wrong."""
+
+
+def shipped_bundle_path() -> Path:
+    """Path of the base bundle shipped as package data of vnd_core (what the flight nodes
+    start on when no bundle is configured)."""
+    return Path(str(resources.files("vnd_core") / "data" / SHIPPED_BUNDLE))
 
 
 @dataclass

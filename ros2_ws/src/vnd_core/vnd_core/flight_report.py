@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 
 from vnd_core.recovery import WINDOW_S, moving_rmse, recovery
+from vnd_core.units import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 STAMP_MATCH_TOLERANCE_NS = 6_000_000  # truth sample within this of a tick stamp is its match
 
 

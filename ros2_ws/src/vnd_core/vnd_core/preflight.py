@@ -26,23 +26,11 @@ from typing import TypeVar
 
 import numpy as np
 
+from vnd_core import wire
 from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, STATE_DIM, VEL
+from vnd_core.units import NS_PER_MS, NS_PER_S
+from vnd_core.wire import MODE_VALUES, LearnerState
 
-NS_PER_S = 1_000_000_000
-NS_PER_MS = 1_000_000
-# Controller modes by vnd_msgs/CtbrCommand MODE_* value (vnd_core.flight.safety.Mode).
-MODE_NAMES = {0: "idle", 1: "policy", 2: "hold", 3: "land", 4: "disarmed"}
-MODE_VALUES = {name: value for value, name in MODE_NAMES.items()}
-# LearnerStatus.STATE_ERROR: the learner stopped on an error.
-LEARNER_STATE_ERROR = 5
-LEARNER_STATE_NAMES = {
-    0: "idle",
-    1: "collecting",
-    2: "fitting",
-    3: "training",
-    4: "validating",
-    5: "error",
-}
 BYTES_PER_MB = 1024 * 1024
 MODEL_ROLES = ("encoder", "policy")  # nodes that must fly the same bundle version
 
@@ -429,7 +417,7 @@ def check_commands(
     stats = stream_stats(stamps_ns)
     finite = np.isfinite(actions).all(axis=1)
     last_mode = int(modes[-1])
-    mode_name = MODE_NAMES.get(last_mode, f"mode {last_mode}")
+    mode_name = wire.mode_name(last_mode)
     versions = sorted(set(int(v) for v in policy_versions))
     problems = []
     if not count >= 2 or not stats.rate_hz >= thresholds.command_min_rate_hz:
@@ -486,15 +474,14 @@ def check_learner(
         return CheckRow(name, Verdict.SKIP, "not checked (--no-learner)", expected)
     if report is None:
         return _row(name, False, f"no vnd/learner/status report in {window_s:.1f} s", expected)
-    state = LEARNER_STATE_NAMES.get(report.state, f"state {report.state}")
+    state = wire.learner_state_name(report.state)
     measured = (
         f"{state}, last report {report.received_age_s:.1f} s ago ({report.reports} in window), "
         f"{report.ticks_stored} ticks stored, latest v{report.latest_version}"
     )
-    ok = report.received_age_s <= thresholds.learner_max_age_s and report.state != (
-        LEARNER_STATE_ERROR
-    )
-    if report.state == LEARNER_STATE_ERROR and report.message:
+    failed = report.state == LearnerState.ERROR
+    ok = report.received_age_s <= thresholds.learner_max_age_s and not failed
+    if failed and report.message:
         measured += f": {report.message}"
     if report.latest_refused:
         ok = False

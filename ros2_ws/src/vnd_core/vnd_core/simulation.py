@@ -31,9 +31,9 @@ import torch
 from vnd_core.plant import PlantConfig, TruePlant
 from vnd_core.scenario import Scenario
 from vnd_core.state import ACTION_DIM
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
-NS_PER_S = 1_000_000_000
 CONDITION_WAITING = "waiting"  # condition name before scenario time starts
 CONDITION_DONE = "done"  # condition name once the scenario's duration is over
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from vnd_core.bundle import BundleError
-from vnd_core.commands.sim import shipped_bundle_path
-from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, encoder_validator
+from vnd_core.bundle import BundleError, shipped_bundle_path
+from vnd_core.flight.bundle_runtime import BundleRuntime, encoder_validator
+from vnd_core.flight.checkpoint_endpoint import CheckpointEndpoint
 from vnd_core.flight.encoder_runtime import LatentEstimator
 from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_core.flight.realtime import request_realtime
@@ -35,6 +35,7 @@ from vnd_ros.params import ParameterError, freeze_parameters, param
 from vnd_ros.qos import (
     QoSProfile,
     ReliabilityPolicy,
+    qos_profile_checkpoint_status,
     qos_profile_default,
     qos_profile_model,
     qos_profile_sensor_data,
@@ -42,7 +43,6 @@ from vnd_ros.qos import (
 )
 from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
-CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
 # Sensor-data QoS (best effort) with a deeper reader queue: a burst of load on the encoder
 # must not drop the odometry a later command has to be paired with. Matching is unchanged.
 PAIRING_QOS = QoSProfile(ReliabilityPolicy.BEST_EFFORT, depth=20)
@@ -93,8 +93,15 @@ class EncoderNode(Node):
         self.CheckpointStatus = msg("vnd_msgs/msg/CheckpointStatus")
         self.NodeStatus = msg("vnd_msgs/msg/NodeStatus")
         self.latent_pub = self.create_publisher(self.Latent, "vnd/latent", qos_profile_sensor_data)
-        self.checkpoint_pub = self.create_publisher(
-            self.CheckpointStatus, "vnd/checkpoint/status", CHECKPOINT_STATUS_QOS
+        checkpoint_pub = self.create_publisher(
+            self.CheckpointStatus, "vnd/checkpoint/status", qos_profile_checkpoint_status
+        )
+        self.checkpoint = CheckpointEndpoint(
+            self.bundles,
+            self.CheckpointStatus,
+            checkpoint_pub.publish,
+            lambda: self.get_clock().now().nanoseconds,
+            self.get_logger(),
         )
         self.status_pub = self.create_publisher(
             self.NodeStatus, "vnd/node_status", qos_profile_status
@@ -102,7 +109,7 @@ class EncoderNode(Node):
         subscriptions = (
             ("nav_msgs/msg/Odometry", "odom", self.on_odom, PAIRING_QOS),
             ("vnd_msgs/msg/CtbrCommand", "vnd/command", self.on_command, PAIRING_QOS),
-            ("vnd_msgs/msg/ModelBundle", "vnd/model", self.on_model, qos_profile_model),
+            ("vnd_msgs/msg/ModelBundle", "vnd/model", self.checkpoint.on_model, qos_profile_model),
             (
                 "vnd_msgs/msg/CheckpointCommand",
                 "vnd/checkpoint/command",
@@ -128,24 +135,16 @@ class EncoderNode(Node):
         if self.estimator.add_command(answered_ns, action):
             self.publish_latent()
 
-    def on_model(self, msg) -> None:
-        """A learner bundle: queued for loading and checking off this thread."""
-        self.bundles.submit_learner(bytes(msg.payload), int(msg.version), msg.sha256)
-
     def on_checkpoint(self, msg) -> None:
-        """An operator request addressed to this node (or to every node)."""
-        if not self.bundles.addressed(msg.target_node):
-            return
-        reply = self.bundles.request(int(msg.action), msg.request_id, msg.path, int(msg.version))
-        self._use_active_bundle()
-        if reply is not None:
-            self.publish_reply(reply)
+        """An operator request (answered when addressed to this node); a swap takes effect
+        before the next command."""
+        if self.checkpoint.on_command(msg):
+            self._use_active_bundle()
 
     def on_timer(self) -> None:
         """Apply finished bundle loads; break the context when commands stopped."""
-        for reply in self.bundles.poll():
-            self.publish_reply(reply)
-        self._use_active_bundle()
+        if self.checkpoint.poll():
+            self._use_active_bundle()
         if self.estimator.break_on_gap(self.get_clock().now().nanoseconds):
             self.get_logger().warning("command stream gap: context cleared")
             self.publish_latent()
@@ -168,14 +167,6 @@ class EncoderNode(Node):
             self.latency.add_ns(published_ns - newest_ns)
             self.ticks.tick()
             self.rate.add(published_ns)
-
-    def publish_reply(self, reply: CheckpointReply) -> None:
-        """Answer on vnd/checkpoint/status (and log what changed or was refused)."""
-        status = self.CheckpointStatus(**reply.fields())
-        set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
-        self.checkpoint_pub.publish(status)
-        log = self.get_logger().info if reply.accepted else self.get_logger().warning
-        log(f"checkpoint '{reply.request_id}': {reply.message} ({self.bundles.describe()})")
 
     def publish_status(self) -> None:
         """vnd/node_status: versions, latent rate and latency, counters."""

@@ -41,8 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vnd_core.bundle import read_metadata
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import read_metadata, shipped_bundle_path
 from vnd_core.config_io import ConfigError
 from vnd_core.flight.bundle_runtime import learner_request_id
 from vnd_core.flight.msgfields import set_stamp, stamp_ns

@@ -28,8 +28,15 @@ from typing import Any
 
 import numpy as np
 import torch
-from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle, pack, read_metadata, save_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import (
+    Bundle,
+    bundle_to_bytes,
+    load_bundle,
+    pack,
+    read_metadata,
+    save_bundle,
+    shipped_bundle_path,
+)
 from vnd_core.flight.msgfields import fill_odometry, set_stamp
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.vehicle import load_vehicle

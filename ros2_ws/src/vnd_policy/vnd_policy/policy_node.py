@@ -36,17 +36,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from vnd_core.bundle import BundleError
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import BundleError, shipped_bundle_path
 from vnd_core.config_io import ConfigError
 from vnd_core.flight.behaviour import BehaviourCheckConfig
-from vnd_core.flight.bundle_runtime import (
-    ACTION_ARM,
-    ACTION_DISARM,
-    BundleRuntime,
-    CheckpointReply,
-    policy_validator,
-)
+from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, policy_validator
+from vnd_core.flight.checkpoint_endpoint import CheckpointEndpoint
 from vnd_core.flight.controller import (
     LATENT_MISMATCH,
     LATENT_MISSING,
@@ -61,7 +55,6 @@ from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_core.flight.realtime import request_realtime
 from vnd_core.flight.safety import EVENT_CRASH, Mode, ModeChange, SafetyConfig
 from vnd_core.flight.stats import (
-    NS_PER_S,
     LatencyWindow,
     RateEstimator,
     ReasonCounter,
@@ -71,11 +64,13 @@ from vnd_core.flight.stats import (
 )
 from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import load_scenario
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import CheckpointAction
 from vnd_ros.messages import get_message
 from vnd_ros.params import ParameterError, freeze_parameters, param
 from vnd_ros.qos import (
-    QoSProfile,
+    qos_profile_checkpoint_status,
     qos_profile_default,
     qos_profile_model,
     qos_profile_replay,
@@ -89,7 +84,6 @@ ODOM_NON_FINITE = "odom_non_finite_dropped"
 ODOM_OUT_OF_ORDER = "odom_out_of_order_dropped"
 WATCHDOG_TICK = "watchdog_ticks"
 BUNDLE_REJECTED = "bundle_rejections"
-CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
 # A latent problem this long is reported: shorter ones are the encoder and the policy
 # activating a new bundle a few ticks apart.
 LATENT_WARN_NS = 500_000_000
@@ -184,8 +178,19 @@ class PolicyNode(Node):
             self.CtbrCommand, "vnd/command", qos_profile_sensor_data
         )
         self.replay_pub = self.create_publisher(self.Transition, "vnd/replay", qos_profile_replay)
-        self.checkpoint_pub = self.create_publisher(
-            self.CheckpointStatus, "vnd/checkpoint/status", CHECKPOINT_STATUS_QOS
+        checkpoint_pub = self.create_publisher(
+            self.CheckpointStatus, "vnd/checkpoint/status", qos_profile_checkpoint_status
+        )
+        self.checkpoint = CheckpointEndpoint(
+            self.bundles,
+            self.CheckpointStatus,
+            checkpoint_pub.publish,
+            lambda: self.get_clock().now().nanoseconds,
+            self.get_logger(),
+            actions={
+                CheckpointAction.ARM: self.arm_reply,
+                CheckpointAction.DISARM: self.disarm_reply,
+            },
         )
         self.status_pub = self.create_publisher(
             self.NodeStatus, "vnd/node_status", qos_profile_status
@@ -194,11 +199,11 @@ class PolicyNode(Node):
             ("nav_msgs/msg/Odometry", "odom", self.on_odom, qos_profile_sensor_data),
             ("vnd_msgs/msg/Latent", "vnd/latent", self.on_latent, qos_profile_sensor_data),
             ("vnd_msgs/msg/Reference", "vnd/reference", self.on_reference, qos_profile_default),
-            ("vnd_msgs/msg/ModelBundle", "vnd/model", self.on_model, qos_profile_model),
+            ("vnd_msgs/msg/ModelBundle", "vnd/model", self.checkpoint.on_model, qos_profile_model),
             (
                 "vnd_msgs/msg/CheckpointCommand",
                 "vnd/checkpoint/command",
-                self.on_checkpoint,
+                self.checkpoint.on_command,
                 qos_profile_default,
             ),
         )
@@ -255,37 +260,21 @@ class PolicyNode(Node):
             )
         )
 
-    def on_model(self, msg) -> None:
-        """A learner bundle: queued for loading and checking off the control thread."""
-        self.bundles.submit_learner(bytes(msg.payload), int(msg.version), msg.sha256)
+    def arm_reply(self, request_id: str) -> CheckpointReply:
+        """Arm now (``vnd arm``): callbacks never run during a tick (single-threaded
+        executor), so the next tick is the first in the new mode."""
+        outcome = self.controller.arm(self.get_clock().now().nanoseconds, self.odom)
+        return self.bundles.reply(request_id, outcome.accepted, outcome.message)
 
-    def on_checkpoint(self, msg) -> None:
-        """An operator request addressed to this node (or to every node)."""
-        if not self.bundles.addressed(msg.target_node):
-            return
-        action = int(msg.action)
-        if action in (ACTION_ARM, ACTION_DISARM):
-            self.publish_reply(self.arming_reply(action, msg.request_id))
-            return
-        reply = self.bundles.request(action, msg.request_id, msg.path, int(msg.version))
-        if reply is not None:
-            self.publish_reply(reply)
-
-    def arming_reply(self, action: int, request_id: str) -> CheckpointReply:
-        """Arm or disarm now: callbacks never run during a tick (single-threaded executor),
-        so the next tick is the first in the new mode."""
-        now_ns = self.get_clock().now().nanoseconds
-        if action == ACTION_ARM:
-            outcome = self.controller.arm(now_ns, self.odom)
-        else:
-            outcome = self.controller.disarm(now_ns)
+    def disarm_reply(self, request_id: str) -> CheckpointReply:
+        """Disarm now (``vnd disarm``), between two ticks as arming."""
+        outcome = self.controller.disarm(self.get_clock().now().nanoseconds)
         return self.bundles.reply(request_id, outcome.accepted, outcome.message)
 
     # ------------------------------------------------------------------ tick
     def on_watchdog(self) -> None:
         """Apply finished bundle loads; tick when odometry is overdue."""
-        for reply in self.bundles.poll():
-            self.publish_reply(reply)
+        self.checkpoint.poll()
         if self.watchdog_due_ns is None or time.monotonic_ns() < self.watchdog_due_ns:
             return
         self.counters.count(WATCHDOG_TICK)
@@ -436,14 +425,6 @@ class PolicyNode(Node):
         elif mode == Mode.DISARMED and self.mode_reason.startswith(EVENT_CRASH):
             out.append(f"disarmed: {self.mode_reason}")
         return out
-
-    def publish_reply(self, reply: CheckpointReply) -> None:
-        """Answer on vnd/checkpoint/status (and log what changed or was refused)."""
-        status = self.CheckpointStatus(**reply.fields())
-        set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
-        self.checkpoint_pub.publish(status)
-        log = self.get_logger().info if reply.accepted else self.get_logger().warning
-        log(f"checkpoint '{reply.request_id}': {reply.message} ({self.bundles.describe()})")
 
     def on_status_timer(self) -> None:
         """vnd/node_status while no tick publishes it (before the first odometry, stopped)."""

@@ -24,12 +24,11 @@ import sys
 import time
 
 from cyclonedds.domain import DomainParticipant
+from vnd_core.units import NS_PER_S
 from vnd_ros.cyclone_compat import delete_entity
 from vnd_ros.messages import get_message
 from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
 from vnd_ros.runtime import ExternalShutdownException, Node, init, spin, try_shutdown
-
-NS_PER_S = 1_000_000_000
 
 
 class Responder(Node):

@@ -18,11 +18,11 @@ import sys
 import time
 from dataclasses import dataclass
 
+from vnd_core.units import NS_PER_S
 from vnd_ros.messages import get_message
 from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_sensor_data, qos_profile_status
 from vnd_ros.runtime import Node, SingleThreadedExecutor, init, try_shutdown
 
-NS_PER_S = 1_000_000_000
 STATUS_PERIOD_S = 0.5  # NodeStatus and LearnerStatus period [s]
 HOVER_THRUST_N = 7.0  # thrust of the fake commands [N]
 

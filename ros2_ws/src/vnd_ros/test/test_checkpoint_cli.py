@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle
-from vnd_core.commands.sim import shipped_bundle_path
+from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle, shipped_bundle_path
 from vnd_core.vehicle import load_vehicle
 from vnd_ros.cli import main as vnd_main
 

@@ -27,7 +27,6 @@ Usage::
 
 from __future__ import annotations
 
-import enum
 import json
 import time
 import uuid
@@ -35,12 +34,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from vnd_core.units import NS_PER_S
+from vnd_core.wire import CheckpointAction, learner_state_name
+
 from vnd_ros import messages
 from vnd_ros.bag import NodeSession
-from vnd_ros.qos import QoSProfile, qos_profile_default, qos_profile_status
+from vnd_ros.qos import (
+    QoSProfile,
+    qos_profile_checkpoint_status,
+    qos_profile_default,
+    qos_profile_status,
+)
 
 SPIN_STEP_S = 0.02  # longest executor wait: keeps deadlines and Ctrl-C prompt
-CHECKPOINT_STATUS_QOS = QoSProfile(depth=50)  # docs/topics.md: default, depth 50
 # Longest wait for a participant that has not announced its ROS nodes yet and for a node of
 # the namespace that still looks under construction; at most half the request's timeout, so
 # the answers keep the other half. Past it, the nodes that are ready decide who must answer.
@@ -55,31 +61,6 @@ ENTITIES_QUIET_S = 0.3
 # participant answers a new one's announcement within tens of milliseconds; the margin is
 # for a loaded machine).
 PARTICIPANTS_QUIET_S = 0.5
-# Controller modes (vnd_msgs/CtbrCommand MODE_*), for printing.
-NS_PER_S = 1_000_000_000
-MODE_NAMES = {0: "idle", 1: "policy", 2: "hold", 3: "land", 4: "disarmed"}
-# Learner states (vnd_msgs/LearnerStatus STATE_*), for printing.
-LEARNER_STATE_NAMES = {
-    0: "idle",
-    1: "collecting",
-    2: "fitting",
-    3: "training",
-    4: "validating",
-    5: "error",
-}
-
-
-class CheckpointAction(enum.IntEnum):
-    """vnd_msgs/CheckpointCommand ACTION_* values."""
-
-    LIST = 0
-    LOAD = 1
-    ACTIVATE = 2
-    ROLLBACK = 3
-    PIN = 4
-    UNPIN = 5
-    ARM = 6  # policy node only
-    DISARM = 7  # policy node only
 
 
 class ClientError(RuntimeError):
@@ -207,7 +188,7 @@ class LearnerHealth:
     @property
     def state_name(self) -> str:
         """Lower-case name of ``state``."""
-        return LEARNER_STATE_NAMES.get(self.state, f"state {self.state}")
+        return learner_state_name(self.state)
 
     @classmethod
     def from_msg(cls, msg: Any) -> LearnerHealth:
@@ -330,7 +311,7 @@ class StackClient:
         status_cls = messages.get_message("vnd_msgs/msg/CheckpointStatus")
         command_cls = messages.get_message("vnd_msgs/msg/CheckpointCommand")
         self.node.create_subscription(
-            status_cls, self.topic("vnd/checkpoint/status"), on_status, CHECKPOINT_STATUS_QOS
+            status_cls, self.topic("vnd/checkpoint/status"), on_status, qos_profile_checkpoint_status
         )
         publisher = self.node.create_publisher(
             command_cls, self.topic("vnd/checkpoint/command"), qos_profile_default

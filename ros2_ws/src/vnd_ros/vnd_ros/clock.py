@@ -11,7 +11,7 @@ import time
 from functools import total_ordering
 from typing import Any
 
-NS_PER_S = 1_000_000_000
+from vnd_core.units import NS_PER_S
 
 
 @total_ordering

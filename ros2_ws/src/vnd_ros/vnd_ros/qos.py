@@ -26,6 +26,7 @@ __all__ = [
     "QoSProfile",
     "ReliabilityPolicy",
     "as_profile",
+    "qos_profile_checkpoint_status",
     "qos_profile_default",
     "qos_profile_model",
     "qos_profile_replay",
@@ -90,6 +91,8 @@ qos_profile_default = QoSProfile()
 qos_profile_model = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=1)
 qos_profile_replay = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=3000)
 qos_profile_status = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=1)
+# vnd/checkpoint/status: reliable, volatile, deep enough for every node's answer to one request.
+qos_profile_checkpoint_status = QoSProfile(depth=50)
 
 
 def as_profile(qos: QoSProfile | int) -> QoSProfile:

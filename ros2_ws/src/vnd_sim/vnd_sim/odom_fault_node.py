@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from vnd_core.config_io import ConfigError
 from vnd_core.evaluation.odometry_faults import FAULTS, OdometryFault, check_fault
 from vnd_core.flight.msgfields import fill_odometry, odometry_state, set_stamp, stamp_ns
+from vnd_core.units import NS_PER_S
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_sensor_data, qos_profile_status
 from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
-NS_PER_S = 1_000_000_000
 STATUS_PERIOD_S = 1.0
 
 

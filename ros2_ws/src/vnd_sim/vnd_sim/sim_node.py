@@ -38,13 +38,13 @@ from vnd_core.plant import PlantConfig
 from vnd_core.scenario import load_scenario
 from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
 from vnd_core.state import OMEGA, POS, QUAT, VEL
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import load_vehicle
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profile_status
 from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 
-NS_PER_S = 1_000_000_000
 WORLD_FRAME_ID = "world"  # ENU world frame of mocap and truth (REP 103)
 BODY_FRAME_ID = "base_link"  # FLU body frame (REP 105)
 STATUS_PERIOD_S = 1.0  # node status and condition heartbeat period

@@ -4,22 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from importlib import resources
 from pathlib import Path
 
 import torch
 
-from vnd_core.bundle import BundleError, load_bundle
+from vnd_core.bundle import BundleError, load_bundle, shipped_bundle_path
 from vnd_core.config_io import ConfigError
 from vnd_core.episode import EpisodeResult, run_episode
 from vnd_core.scenario import load_scenario
-
-SHIPPED_BUNDLE = "base_agile.safetensors"
-
-
-def shipped_bundle_path() -> Path:
-    """Path of the base bundle shipped as package data of vnd_core."""
-    return Path(str(resources.files("vnd_core") / "data" / SHIPPED_BUNDLE))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter, not_resting_reason
-from vnd_core.flight.stats import NS_PER_S
+from vnd_core.units import NS_PER_S
 
 Odometry = tuple[np.ndarray, int]  # (state (13,), stamp ns) of the newest odometry
 

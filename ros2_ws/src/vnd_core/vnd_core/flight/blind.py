@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from vnd_core.state import GRAVITY_MPS2, STATE_DIM
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
-NS_PER_S = 1_000_000_000
 _MAX_SUBSTEP_NS = 5_000_000  # the rate loop (50 ms) and tilt change stay accurate at 5 ms steps
 RATE_SETTLE_S = 0.3  # replayed rate-loop history before a prediction starts (6 time constants)
 

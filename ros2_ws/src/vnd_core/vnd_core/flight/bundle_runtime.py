@@ -36,17 +36,17 @@ from vnd_core.flight.hotswap import Action, ModelSwapper, Source, SwapEvent
 from vnd_core.state import ACTION_DIM, hover_state
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.features import context_features
+from vnd_core.wire import ACTION_NAMES, CheckpointAction
 
-# vnd_msgs/CheckpointCommand ACTION_* values.
-ACTION_LIST = 0
-ACTION_LOAD = 1
-ACTION_ACTIVATE = 2
-ACTION_ROLLBACK = 3
-ACTION_PIN = 4
-ACTION_UNPIN = 5
-ACTION_ARM = 6  # answered by the policy node (vnd_core.flight.arming), not by a BundleRuntime
-ACTION_DISARM = 7
-ACTION_NAMES = ("list", "load", "activate", "rollback", "pin", "unpin", "arm", "disarm")
+# vnd_msgs/CheckpointCommand ACTION_* values (vnd_core.wire.CheckpointAction).
+ACTION_LIST = CheckpointAction.LIST
+ACTION_LOAD = CheckpointAction.LOAD
+ACTION_ACTIVATE = CheckpointAction.ACTIVATE
+ACTION_ROLLBACK = CheckpointAction.ROLLBACK
+ACTION_PIN = CheckpointAction.PIN
+ACTION_UNPIN = CheckpointAction.UNPIN
+ACTION_ARM = CheckpointAction.ARM  # answered by the policy node (vnd_core.flight.arming)
+ACTION_DISARM = CheckpointAction.DISARM
 
 Validator = Callable[[Bundle], None]
 

@@ -29,9 +29,10 @@ from vnd_core.flight import arming
 from vnd_core.flight.arming import ArmingReply, Odometry
 from vnd_core.flight.rehearsal import StateSnapshot
 from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter
-from vnd_core.flight.stats import NS_PER_S, ReasonCounter
+from vnd_core.flight.stats import ReasonCounter
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
 # Reasons counted in PolicyController.counters (besides the safety filter's own).

@@ -34,8 +34,8 @@ import numpy as np
 
 from vnd_core.flight.blind import tilt_rad
 from vnd_core.state import POS, QUAT
+from vnd_core.units import NS_PER_S
 
-NS_PER_S = 1_000_000_000
 Vec3 = tuple[float, float, float]
 
 # Odometry sample faults.

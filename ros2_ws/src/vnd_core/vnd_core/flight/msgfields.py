@@ -18,8 +18,7 @@ from typing import Any
 import numpy as np
 
 from vnd_core.state import STATE_DIM
-
-NS_PER_S = 1_000_000_000
+from vnd_core.units import NS_PER_S
 
 
 def stamp_ns(stamp: Any) -> int:

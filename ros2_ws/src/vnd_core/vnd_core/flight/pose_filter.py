@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vnd_core.flight.stats import NS_PER_S, ReasonCounter
+from vnd_core.flight.stats import ReasonCounter
 from vnd_core.state import OMEGA, POS, QUAT, STATE_DIM, VEL
+from vnd_core.units import NS_PER_S
 
 # Rejection and reset reasons, as counted in ``PoseFilter.counters``.
 REJECT_NON_FINITE = "non_finite"

@@ -39,7 +39,6 @@ and odometry is merely late, the policy itself flies on the same prediction
 from __future__ import annotations
 
 import dataclasses
-import enum
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -65,21 +64,13 @@ from vnd_core.flight.fallback import (
     Setpoint,
     yaw_of,
 )
-from vnd_core.flight.stats import NS_PER_S, ReasonCounter
+from vnd_core.flight.stats import ReasonCounter
 from vnd_core.state import ACTION_DIM, POS, QUAT, STATE_DIM, VEL
+from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
+from vnd_core.wire import Mode
 
 Vec3 = tuple[float, float, float]
-
-
-class Mode(enum.IntEnum):
-    """Controller mode; values equal ``vnd_msgs/CtbrCommand.MODE_*``."""
-
-    IDLE = 0
-    POLICY = 1
-    FALLBACK_HOLD = 2
-    FALLBACK_LAND = 3
-    DISARMED = 4
 
 
 # Fault reasons: each switches POLICY to fallback and is counted per tick it is present.

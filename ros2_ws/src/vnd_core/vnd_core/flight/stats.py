@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-NS_PER_S = 1_000_000_000
+from vnd_core.units import NS_PER_S
 
 
 class ReasonCounter:

@@ -17,13 +17,14 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from vnd_core.state import ACTION_DIM, STATE_DIM
+from vnd_core.wire import Mode
 
-# Controller modes of CtbrCommand / Transition (vnd_msgs/msg/CtbrCommand.msg).
-MODE_IDLE = 0
-MODE_POLICY = 1
-MODE_FALLBACK_HOLD = 2
-MODE_FALLBACK_LAND = 3
-MODE_DISARMED = 4
+# Controller modes as the ``mode`` column holds them (vnd_core.wire.Mode).
+MODE_IDLE = Mode.IDLE
+MODE_POLICY = Mode.POLICY
+MODE_FALLBACK_HOLD = Mode.FALLBACK_HOLD
+MODE_FALLBACK_LAND = Mode.FALLBACK_LAND
+MODE_DISARMED = Mode.DISARMED
 
 # Field -> (dtype, trailing shape) of every array field; ``condition`` is optional.
 _LAYOUT: dict[str, tuple[type, tuple[int, ...]]] = {

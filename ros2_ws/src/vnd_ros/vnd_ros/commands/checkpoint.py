@@ -194,8 +194,7 @@ def find_version(version: int, run_dir: Path) -> Path:
         for entry in index.get("bundles", []):
             if int(entry.get("version", -1)) == version:
                 return index_path.parent / entry["file"]
-    from vnd_core.bundle import read_metadata
-    from vnd_core.commands.sim import shipped_bundle_path
+    from vnd_core.bundle import read_metadata, shipped_bundle_path
 
     shipped = shipped_bundle_path()
     if shipped.is_file() and read_metadata(shipped.read_bytes()).get("version") == version:

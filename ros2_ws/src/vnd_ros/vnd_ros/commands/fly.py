@@ -32,10 +32,11 @@ from typing import Any, TextIO
 import numpy as np
 import yaml
 from vnd_core.flight import hostcpu, hoststall
+from vnd_core.wire import LEARNER_STATE_NAMES, MODE_NAMES
 
 from vnd_ros import messages, runtime
 from vnd_ros.bag import BagError, BagRecorder, read_messages
-from vnd_ros.client import LEARNER_STATE_NAMES, MODE_NAMES, StackClient, namespaced, stamp_ns
+from vnd_ros.client import StackClient, namespaced, stamp_ns
 from vnd_ros.launch import LaunchError, LaunchService
 from vnd_ros.launch.resolve import default_environment, resolve_launch
 from vnd_ros.paths import REPO_ROOT

@@ -32,7 +32,6 @@ from typing import Any
 import numpy as np
 from vnd_core.flight.msgfields import odometry_state, stamp_ns
 from vnd_core.preflight import (
-    MODE_VALUES,
     CheckRow,
     LearnerReport,
     ListAnswer,
@@ -56,6 +55,7 @@ from vnd_core.preflight import (
     stream_stats,
 )
 from vnd_core.state import ACTION_DIM, STATE_DIM
+from vnd_core.wire import MODE_VALUES
 
 from vnd_ros import messages
 from vnd_ros.bag import GraphProbe

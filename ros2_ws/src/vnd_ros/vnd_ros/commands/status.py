@@ -23,7 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from vnd_ros.client import MODE_NAMES, LearnerHealth, NodeHealth, StackClient, StackSnapshot
+from vnd_core.units import NS_PER_S
+from vnd_core.wire import MODE_NAMES
+
+from vnd_ros.client import LearnerHealth, NodeHealth, StackClient, StackSnapshot
 from vnd_ros.launch.resolve import default_environment
 
 WATCH_PERIOD_S = 1.0  # table refresh period of --watch (the nodes report at 1 Hz)
@@ -31,7 +34,6 @@ STATUS_PERIOD_S = 1.0  # vnd/node_status and vnd/learner/status period of every 
 # Three missed reports: one late report is jitter under load, three in a row is a node gone.
 STALE_AFTER_S = 3.0 * STATUS_PERIOD_S
 FORGET_AFTER_S = 3600.0  # remembered nodes silent this long leave the table (an older stack)
-NS_PER_S = 1_000_000_000
 HEADER = (
     f"{'node':<18} {'mode':<8} {'version':<12} {'rate Hz':>8} {'p50 ms':>7} {'p99 ms':>7} "
     f"{'ticks':>8} {'missed':>6}  counters"
