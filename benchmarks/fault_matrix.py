@@ -5,7 +5,8 @@ flown beside it for comparison.
 Each flight is ``vnd_core.evaluation.fault_flight.fly_fault``: the stack's pose filter and
 policy tick (with the safety filter) fly the true plant in simulated time at 1 ms resolution,
 the shipped base bundle flying, the fault injected into the odometry at ``warmup_s`` (for the
-figure-eight at the next instant of peak reference speed). Prints one JSON object last:
+figure-eight at the next instant of peak reference speed). ``stop_mid_swap`` is odometry
+stopping at the very tick a new bundle version goes live. Prints one JSON object last:
 
 ``{"flights", "crashes", "crash_rate", "by_fault": {fault: {...}}, "level_hover": {...},
 "rows": [...]}`` with, per fault, the worst time to a level attitude, the worst and median
@@ -25,8 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path
-from vnd_core.evaluation.fault_flight import FAULTS, FLIGHT_STATES, FaultFlight, fly_fault
+from vnd_core.evaluation.fault_flight import FLIGHT_STATES, FaultFlight, fly_fault
+from vnd_core.evaluation.odometry_faults import FAULTS
 from vnd_core.vehicle import load_vehicle
+
+# (label, fault, swap_at_fault): every odometry fault, and odometry lost during a bundle swap
+CASES = [(fault, fault, False) for fault in FAULTS] + [("stop_mid_swap", "stop", True)]
 
 
 def _worst(values: list[float]) -> float | None:
@@ -63,10 +68,11 @@ def main() -> None:
     started = time.perf_counter()
     for seed in args.seeds:
         for state in FLIGHT_STATES:
-            for fault in FAULTS:
-                outcome, _ = fly_fault(vehicle, bundle, FaultFlight(state, fault, seed=seed))
+            for label, fault, swap in CASES:
+                flight = FaultFlight(state, fault, seed=seed, swap_at_fault=swap)
+                outcome, _ = fly_fault(vehicle, bundle, flight)
                 rows.append(
-                    {"flight_state": state, "fault": fault, "seed": seed, **outcome.as_dict()}
+                    {"flight_state": state, "fault": label, "seed": seed, **outcome.as_dict()}
                 )
             cut = FaultFlight(state, "stop", seed=seed, response="level_hover")
             outcome, _ = fly_fault(vehicle, bundle, cut)
@@ -77,7 +83,7 @@ def main() -> None:
         "crash_rate": sum(r["crashed"] for r in rows) / len(rows),
         "seeds": args.seeds,
         "wall_s": round(time.perf_counter() - started, 1),
-        "by_fault": {f: _summary([r for r in rows if r["fault"] == f]) for f in FAULTS},
+        "by_fault": {c[0]: _summary([r for r in rows if r["fault"] == c[0]]) for c in CASES},
         "by_flight_state": {
             s: _summary([r for r in rows if r["flight_state"] == s]) for s in FLIGHT_STATES
         },

@@ -53,6 +53,16 @@ def test_losing_odometry_levels_and_lands_near_where_it_was_lost(bundle, flight_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("flight_state", FLIGHT_STATES)
+def test_odometry_lost_while_a_new_bundle_goes_live_still_levels_and_lands(bundle, flight_state):
+    outcome, _ = fly_fault(VEHICLE, bundle, FaultFlight(flight_state, "stop", swap_at_fault=True))
+    assert not outcome.crashed, outcome
+    assert outcome.landed and outcome.final_mode == "disarmed", outcome
+    assert outcome.time_to_level_s <= 0.5, outcome
+    assert outcome.landing_error_m <= LANDING_RADIUS_M[flight_state], outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flight_state", FLIGHT_STATES)
 def test_blind_landing_travels_no_further_than_an_ideal_level_hover(
     bundle, flight_state, level_hover_excursions
 ):
@@ -72,6 +82,9 @@ def test_a_one_metre_odometry_jump_is_caught_and_flown_out_without_a_crash(bundl
     # landed, holding, or the policy flying again (in the re-origined frame) inside the fence
     assert outcome.landed or outcome.holding or outcome.final_mode == "policy", outcome
     assert outcome.inside_geofence, outcome
+    # the policy takes over again on a reference that rejoins from where the vehicle is: no
+    # 1 m step response at the edge of the envelope
+    assert outcome.max_tilt_after_0_5_s_deg < 32.0, outcome
 
 
 @pytest.mark.slow

@@ -255,3 +255,36 @@ def test_attitude_columns_match_quat2mat(seed):
         _attitude_columns(quat), np.concatenate([expected[:, 0], expected[:, 1]]), atol=1e-12
     )
     assert np.isnan(_attitude_columns(np.zeros(4))).all()
+
+
+def test_a_policy_resuming_after_a_fallback_rejoins_the_reference_from_the_vehicle(vehicle):
+    ctl = controller(vehicle, kind="hover", center_m=(0.0, 0.0, 1.0))
+    bundle = bundle_of(vehicle, 1)
+    now = T0_NS
+    ctl.tick(now, hover_state(), now, bundle, None)
+    now += 6 * PERIOD_NS  # odometry late: the fallback holds
+    assert ctl.tick(now, hover_state(), T0_NS, bundle, None).mode == Mode.FALLBACK_HOLD
+    moved = hover_state()
+    moved[0] = 1.0  # odometry back, the vehicle a metre off the reference
+    rng = np.random.default_rng(0)
+
+    def sample() -> np.ndarray:  # motion capture never repeats a pose to the last bit
+        noisy = moved.copy()
+        noisy[2] += 1e-6 * rng.standard_normal()
+        return noisy
+
+    records = []
+    for _ in range(200):
+        now += PERIOD_NS
+        state = sample()
+        records.append(ctl.tick(now, state, now, bundle, None))
+        if records[-1].mode == Mode.POLICY:
+            break
+    assert records[-1].mode == Mode.POLICY, [r.reasons for r in records[-3:]]
+    # the first policy tick tracks a reference at the vehicle, not the 1 m step
+    np.testing.assert_allclose(records[-1].reference[0:3], state[0:3], atol=1e-9)
+    settle_s = 8.0 * SafetyConfig().rejoin_time_constant_s + 0.1
+    for _ in range(round(settle_s * 1e9 / PERIOD_NS)):
+        now += PERIOD_NS
+        record = ctl.tick(now, sample(), now, bundle, None)
+    np.testing.assert_allclose(record.reference[0:3], [0.0, 0.0, 1.0], atol=1e-9)

@@ -55,6 +55,7 @@ class FaultFlight:
     warmup_s: float = 5.0  # flight before the fault (figure8: the next peak-speed instant after)
     watch_s: float = 9.0  # flight watched after the fault
     response: str = "stack"  # stack | level_hover (ideal cut, the comparison)
+    swap_at_fault: bool = False  # a new bundle version (same weights) goes live at the fault
     safety: SafetyConfig = field(default_factory=SafetyConfig)  # the policy node's filter
 
     def validate(self) -> None:
@@ -195,6 +196,8 @@ class _Loop:
                         fault = OdometryFault(self.flight.fault, sample.stamp_ns)
                         self.fault_origin = (sample.truth, yaw_of(sample.truth[QUAT]))
                         self.fault_ns = sample.stamp_ns
+                        if self.flight.swap_at_fault:
+                            self.bundle = replace(self.bundle, version=self.bundle.version + 1)
                     self._on_pose(sample, fault)
                     self.samples.append(
                         (

@@ -15,7 +15,10 @@ active bundle (swapped between ticks by the node) and the latest latent. It
 - on a tick whose odometry is the previous tick's (late odometry, a watchdog tick) the policy
   flies on the safety filter's prediction of the state now (the last good odometry through
   every command sent since) rather than on a repeat of its last input: a policy fed the same
-  state tick after tick keeps turning open-loop until the fallback takes over.
+  state tick after tick keeps turning open-loop until the fallback takes over;
+- while a fallback flies the vehicle, re-aims the policy's reference at the vehicle's own
+  position and velocity (``vnd_core.flight.rejoin``), so when the policy takes over again it
+  converges onto the scheduled reference instead of flying a step at the edge of its envelope.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ from vnd_core.bundle import Bundle
 from vnd_core.flight import arming
 from vnd_core.flight.arming import ArmingReply, Odometry
 from vnd_core.flight.rehearsal import StateSnapshot
+from vnd_core.flight.rejoin import ReferenceRejoin
 from vnd_core.flight.safety import Mode, SafetyConfig, SafetyFilter
 from vnd_core.flight.stats import ReasonCounter
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
+
+# Modes in which a fallback flies the vehicle: the policy's reference rejoins from the vehicle.
+REJOIN_MODES = frozenset({Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND})
 
 # Reasons counted in PolicyController.counters (besides the safety filter's own).
 LATENT_MISSING = "latent_missing"  # no latent received yet
@@ -85,8 +92,8 @@ class ReferenceRunner(PolicyRunner):
 
     It overrides :meth:`PolicyRunner.reference_at` only: the parameter reference, or an
     external sample (``external``, taken ``external_age_s`` before the current state)
-    extrapolated at constant acceleration; it keeps the reference it used so the tick record
-    needs no second evaluation.
+    extrapolated at constant acceleration, plus the ``rejoin`` offset after a fallback; it keeps
+    the reference it used so the tick record needs no second evaluation.
     """
 
     def __init__(self, policy: PolicyNet, reference: ReferenceSpec) -> None:
@@ -94,10 +101,23 @@ class ReferenceRunner(PolicyRunner):
         self.external: ExternalReference | None = None
         self.external_age_s = 0.0  # state stamp minus the external sample's stamp [s]
         self.last_reference: np.ndarray | None = None  # reference of the last observe()
+        self.rejoin: ReferenceRejoin | None = None  # offset onto the reference after a fallback
 
     def reference_at(self, t_s: float) -> np.ndarray:
-        """Reference (3, 1 + L, 3) now and at each look-ahead time: the parameter reference,
-        or the external sample extrapolated; kept in ``last_reference`` for the tick record."""
+        """Reference (3, 1 + L, 3) now and at each look-ahead time: the scheduled reference
+        plus the rejoin offset; kept in ``last_reference`` for the tick record."""
+        ref = self.scheduled_reference_at(t_s)
+        if self.rejoin is not None:
+            if self.rejoin.settled(t_s):
+                self.rejoin = None
+            else:
+                ref = ref + self.rejoin.offsets(t_s + self._offsets_s)
+        self.last_reference = ref
+        return ref
+
+    def scheduled_reference_at(self, t_s: float) -> np.ndarray:
+        """Reference (3, 1 + L, 3) without the rejoin: the parameter reference, or the external
+        sample extrapolated."""
         ext = self.external
         if ext is None:
             ref = super().reference_at(t_s)
@@ -107,7 +127,6 @@ class ReferenceRunner(PolicyRunner):
             ref[0] = ext.position_m + ext.velocity_mps * dt + 0.5 * ext.acceleration_mps2 * dt**2
             ref[1] = ext.velocity_mps + ext.acceleration_mps2 * dt
             ref[2] = ext.acceleration_mps2
-        self.last_reference = ref
         return ref
 
     def remember(self, applied: np.ndarray, acted: bool) -> None:
@@ -132,7 +151,10 @@ class PolicyController:
     """
 
     def __init__(
-        self, safety: SafetyFilter, reference: ReferenceSpec, latent_max_age_s: float = 0.1
+        self,
+        safety: SafetyFilter,
+        reference: ReferenceSpec,
+        latent_max_age_s: float = 0.1,
     ) -> None:
         reference.validate()
         self.safety = safety
@@ -176,6 +198,7 @@ class PolicyController:
             self._t0_ns = None
             if self._runner is not None:
                 self._runner.reset()
+                self._runner.rejoin = None
         return reply
 
     def disarm(self, now_ns: int) -> ArmingReply:
@@ -212,6 +235,13 @@ class PolicyController:
             if self._external is not None:
                 runner.external_age_s = (input_ns - self._external.stamp_ns) / NS_PER_S
             runner.last_reference = None
+            if self.safety.mode in REJOIN_MODES:
+                runner.rejoin = ReferenceRejoin.between(
+                    start_s=t_s,
+                    reference=runner.scheduled_reference_at(t_s)[:, 0, :],
+                    state=state,
+                    time_constant_s=self.safety.config.rejoin_time_constant_s,
+                )
             try:
                 action = runner.act(state, t_s, z)
             except Exception:  # a broken policy must not stop the tick: the filter takes over
@@ -277,6 +307,7 @@ class PolicyController:
         self._bundle = bundle
         self._runner = None if bundle is None else ReferenceRunner(bundle.policy, self.reference)
         if self._runner is not None and old is not None:
+            self._runner.rejoin = old.rejoin
             n = len(self._runner.prev_actions)
             carried = old.prev_actions[:n]
             self._runner.prev_actions = carried + self._runner.prev_actions[len(carried) :]

@@ -108,6 +108,7 @@ class SafetyConfig:
     geofence_margin_m: float = 0.3  # a geofence hold point lies this far inside the box
     hold_timeout_s: float = 5.0  # FALLBACK_HOLD this long without recovery -> FALLBACK_LAND
     recovery_s: float = 0.5  # faults must stay clear this long before POLICY resumes
+    rejoin_time_constant_s: float = 1.0  # a resumed policy converges onto the reference this fast
     floor_z_m: float = 0.0  # height of the landing surface
     touchdown_height_m: float = 0.05  # landed when at most this far above the floor ...
     touchdown_speed_mps: float = 0.1  # ... moving slower than this ...
@@ -134,6 +135,7 @@ class SafetyConfig:
             "blind_descent_mps",
             "blind_max_tilt_rad",
             "blind_max_rate_radps",
+            "rejoin_time_constant_s",
         ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
