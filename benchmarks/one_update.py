@@ -23,12 +23,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from vnd_core.bundle import Bundle, load_bundle, save_bundle, shipped_bundle_path
-from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight
+from vnd_core.learner import ContinualLearner, SimulatedFlight
 from vnd_core.learner.records import TickRecords
+from vnd_core.learner.settings import (
+    LEARNER_PRESETS,
+    learner_preset,
+    parse_assignments,
+    with_overrides,
+)
 from vnd_core.learner_store.replay_store import ReplayStore, StoreTopic
 from vnd_core.scenario import Phase, Scenario, WindEvent, load_scenario
 from vnd_learner.records import TRANSITION_TYPE, key_of_cdr, records_from_cdr
-from vnd_learner.worker import apply_overrides
 from vnd_ros.messages import message_definition, type_hash
 
 FLIGHT_S = 20.0  # simulated flight per condition
@@ -77,13 +82,20 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="vnd fly run folder (runs/<stamp>)")
     parser.add_argument("--until-s", type=float, required=True, help="seconds of flight to use")
     parser.add_argument("--bundle", type=Path, default=None, help="active bundle to start from")
-    parser.add_argument("--preset", default="standard", choices=("quick", "standard", "full"))
-    parser.add_argument("--overrides", default="{}", help="LearnerConfig overrides (JSON)")
+    parser.add_argument("--preset", default="standard", choices=tuple(LEARNER_PRESETS))
+    parser.add_argument(
+        "--learner-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a LearnerConfig field to replace, as the learner node's parameter "
+        "(e.g. trainer.iterations=60; repeatable)",
+    )
     parser.add_argument("--save", type=Path, default=None, help="write the candidate here")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    preset = getattr(LearnerConfig, args.preset)()
-    config = apply_overrides(preset, json.loads(args.overrides), "LearnerConfig")
+    changes = parse_assignments(args.learner_param)
+    config = with_overrides(learner_preset(args.preset), changes, "--learner-param")
     start = load_bundle(args.bundle or shipped_bundle_path())
     learner = ContinualLearner(start.vehicle, config, start)
     learner.ingest(replay_records(args.run, args.until_s))
@@ -92,7 +104,7 @@ def main() -> None:
         "run": str(args.run),
         "until_s": args.until_s,
         "start_version": start.version,
-        "overrides": json.loads(args.overrides),
+        "learner_params": changes,
         "ticks": learner.ticks_stored,
         "accepted": result.accepted,
         "reason": result.reason,

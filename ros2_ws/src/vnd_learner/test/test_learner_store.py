@@ -266,17 +266,18 @@ def test_registry_adds_indexes_and_recovers(tmp_path: Path) -> None:
     assert any("missing" in n for n in BundleRegistry(tmp_path).open())
 
 
-def test_worker_overrides_reach_nested_fields_and_name_unknown_ones() -> None:
-    from vnd_core.config_io import apply_overrides
-    from vnd_core.learner import LearnerConfig
+def test_dotted_learner_params_reach_nested_fields_and_name_unknown_ones() -> None:
+    from vnd_core.config_io import ConfigError
+    from vnd_core.learner.settings import learner_preset, parse_assignments, with_overrides
 
-    config = apply_overrides(
-        LearnerConfig.quick(), {"min_new_ticks": 7, "fit": {"steps": 3}}, "LearnerConfig"
-    )
-    assert config.min_new_ticks == 7 and config.fit.steps == 3
-    assert config.fit.batch_size == LearnerConfig.quick().fit.batch_size
-    with pytest.raises(ValueError, match=r"LearnerConfig\.fit has no field 'stepz'"):
-        apply_overrides(LearnerConfig.quick(), {"fit": {"stepz": 3}}, "LearnerConfig")
+    changes = parse_assignments(["min_new_ticks=7", "fit.steps=3", "fit.lr=1"])
+    config = with_overrides(learner_preset("quick"), changes, "--learner-param")
+    assert (config.min_new_ticks, config.fit.steps, config.fit.lr) == (7, 3, 1.0)
+    assert config.fit.batch_size == learner_preset("quick").fit.batch_size
+    with pytest.raises(ConfigError, match=r"LearnerConfig has no field 'fit\.stepz'"):
+        with_overrides(learner_preset("quick"), {"fit.stepz": 3}, "--learner-param")
+    with pytest.raises(ValueError, match=r"'fit\.steps': expected NAME=VALUE"):
+        parse_assignments(["fit.steps"])
 
 
 @pytest.mark.parametrize("frame_id", ["", "w", "world", "abcdefg", "a_longer_frame_name"])

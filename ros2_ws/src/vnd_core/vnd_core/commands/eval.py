@@ -56,7 +56,12 @@ from vnd_core.evaluation.report import (
     write_results,
 )
 from vnd_core.learner import LearnerConfig
-from vnd_core.learner.settings import LEARNER_PRESETS, learner_preset, with_overrides
+from vnd_core.learner.settings import (
+    LEARNER_PRESETS,
+    learner_preset,
+    parse_assignments,
+    with_overrides,
+)
 from vnd_core.scenario import Scenario, load_scenario
 from vnd_core.trainer import TrainerConfig
 
@@ -412,22 +417,6 @@ def _parse_delay(text: str) -> float | None:
     return value
 
 
-def parse_learner_params(items: Sequence[str]) -> dict[str, object]:
-    """``NAME=VALUE`` items as {dotted name: YAML-typed value}; ValueError naming a bad one."""
-    import yaml
-
-    changes: dict[str, object] = {}
-    for item in items:
-        name, sep, text = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--learner-param {item!r}: expected NAME=VALUE")
-        try:
-            changes[name.strip()] = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ValueError(f"--learner-param {item!r}: value is not YAML: {err}") from None
-    return changes
-
-
 def run(args: argparse.Namespace) -> int:
     """Evaluate, write DIR/results.{json,md} and plots; returns the exit code."""
     from vnd_core.bundle import shipped_bundle_path
@@ -449,7 +438,7 @@ def run(args: argparse.Namespace) -> int:
     if args.learner_param:
         try:
             learner = with_overrides(
-                config.learner, parse_learner_params(args.learner_param), "--learner-param"
+                config.learner, parse_assignments(args.learner_param), "--learner-param"
             )
         except ValueError as err:  # ConfigError is a ValueError
             print(f"vnd eval: {err}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +91,23 @@ def with_overrides(
             raise ConfigError(f"{where}: LearnerConfig has no field {name!r}")
         section[key[-1]] = value
     return from_mapping(LearnerConfig, data, where)
+
+
+def parse_assignments(items: Sequence[str], flag: str = "--learner-param") -> dict[str, Any]:
+    """``NAME=VALUE`` command-line items as {dotted name: YAML-typed value}.
+
+    ValueError names the item of ``flag`` that has no ``=`` or no valid YAML value.
+    """
+    changes: dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"{flag} {item!r}: expected NAME=VALUE")
+        try:
+            changes[name.strip()] = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ValueError(f"{flag} {item!r}: value is not YAML: {err}") from None
+    return changes
 
 
 def _missing_fields(cls: type, data: Mapping[str, Any], prefix: str = "") -> list[str]:
