@@ -15,7 +15,9 @@ from vnd_core.flight.checkpoint_endpoint import CheckpointEndpoint
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import load_vehicle
 from vnd_core.wire import CheckpointAction
+from vnd_ros import dds_node
 from vnd_ros.messages import get_message
+from vnd_ros.qos import qos_profile_checkpoint_status
 
 NODE = "/vnd1/encoder"
 NOW_NS = 1_800_000_000 * NS_PER_S + 250
@@ -126,3 +128,35 @@ def test_node_actions_are_answered_by_the_node(node) -> None:
         assert (status.request_id, status.accepted, status.message) == ("arm-2", True, "armed")
     finally:
         armed.bundles.close()
+
+
+def test_for_node_answers_on_the_nodes_status_topic_over_dds() -> None:
+    context = dds_node.Context()
+    context.init([], None)
+    bundles = BundleRuntime(NODE, encoder_validator(load_vehicle("agile"), 100_000.0))
+    try:
+        node = dds_node.Node("encoder", namespace="vnd1", context=context)
+        status_cls = get_message("vnd_msgs/msg/CheckpointStatus")
+        endpoint = CheckpointEndpoint.for_node(
+            node, bundles, status_cls, qos_profile_checkpoint_status
+        )
+        listener = dds_node.Node("operator", namespace="vnd1", context=context)
+        received: list = []
+        listener.create_subscription(
+            status_cls, "vnd/checkpoint/status", received.append, qos_profile_checkpoint_status
+        )
+        executor = dds_node.SingleThreadedExecutor(context=context)
+        executor.add_node(listener)
+        before_ns = node.get_clock().now().nanoseconds
+        deadline = time.monotonic() + 10.0
+        while not received:  # a volatile answer reaches only a matched reader: resend
+            assert time.monotonic() < deadline, "no CheckpointStatus on /vnd1/vnd/checkpoint/status"
+            endpoint.on_command(command(CheckpointAction.LIST, "over-dds", "encoder"))
+            executor.spin_once(timeout_sec=0.1)
+        status = received[0]
+        assert (status.request_id, status.node, status.accepted) == ("over-dds", NODE, True)
+        stamp_ns = status.header.stamp.sec * NS_PER_S + status.header.stamp.nanosec
+        assert before_ns <= stamp_ns <= node.get_clock().now().nanoseconds
+    finally:
+        bundles.close()
+        context.shutdown()

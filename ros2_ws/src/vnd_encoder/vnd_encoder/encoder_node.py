@@ -93,15 +93,8 @@ class EncoderNode(Node):
         self.CheckpointStatus = msg("vnd_msgs/msg/CheckpointStatus")
         self.NodeStatus = msg("vnd_msgs/msg/NodeStatus")
         self.latent_pub = self.create_publisher(self.Latent, "vnd/latent", qos_profile_sensor_data)
-        checkpoint_pub = self.create_publisher(
-            self.CheckpointStatus, "vnd/checkpoint/status", qos_profile_checkpoint_status
-        )
-        self.checkpoint = CheckpointEndpoint(
-            self.bundles,
-            self.CheckpointStatus,
-            checkpoint_pub.publish,
-            lambda: self.get_clock().now().nanoseconds,
-            self.get_logger(),
+        self.checkpoint = CheckpointEndpoint.for_node(
+            self, self.bundles, self.CheckpointStatus, qos_profile_checkpoint_status
         )
         self.status_pub = self.create_publisher(
             self.NodeStatus, "vnd/node_status", qos_profile_status

@@ -178,19 +178,9 @@ class PolicyNode(Node):
             self.CtbrCommand, "vnd/command", qos_profile_sensor_data
         )
         self.replay_pub = self.create_publisher(self.Transition, "vnd/replay", qos_profile_replay)
-        checkpoint_pub = self.create_publisher(
-            self.CheckpointStatus, "vnd/checkpoint/status", qos_profile_checkpoint_status
-        )
-        self.checkpoint = CheckpointEndpoint(
-            self.bundles,
-            self.CheckpointStatus,
-            checkpoint_pub.publish,
-            lambda: self.get_clock().now().nanoseconds,
-            self.get_logger(),
-            actions={
-                CheckpointAction.ARM: self.arm_reply,
-                CheckpointAction.DISARM: self.disarm_reply,
-            },
+        arming = {CheckpointAction.ARM: self.arm_reply, CheckpointAction.DISARM: self.disarm_reply}
+        self.checkpoint = CheckpointEndpoint.for_node(
+            self, self.bundles, self.CheckpointStatus, qos_profile_checkpoint_status, arming
         )
         self.status_pub = self.create_publisher(
             self.NodeStatus, "vnd/node_status", qos_profile_status

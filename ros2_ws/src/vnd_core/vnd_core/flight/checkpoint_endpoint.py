@@ -26,6 +26,7 @@ from typing import Any
 from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply
 from vnd_core.flight.msgfields import set_stamp
 
+STATUS_TOPIC = "vnd/checkpoint/status"  # relative: in the node's namespace
 # A node-specific action: request_id -> the reply to publish.
 ActionHandler = Callable[[str], CheckpointReply]
 
@@ -59,6 +60,28 @@ class CheckpointEndpoint:
         self._now_ns = now_ns
         self._logger = logger
         self._actions = dict(actions or {})
+
+    @classmethod
+    def for_node(
+        cls,
+        node: Any,
+        bundles: BundleRuntime,
+        status_cls: type,
+        status_qos: Any,
+        actions: Mapping[int, ActionHandler] | None = None,
+    ) -> CheckpointEndpoint:
+        """The endpoint of ``node`` (a Node of either backend): creates its
+        ``vnd/checkpoint/status`` publisher with ``status_qos`` and answers on the node's clock
+        and logger."""
+        publisher = node.create_publisher(status_cls, STATUS_TOPIC, status_qos)
+        return cls(
+            bundles,
+            status_cls,
+            publisher.publish,
+            lambda: node.get_clock().now().nanoseconds,
+            node.get_logger(),
+            actions=actions,
+        )
 
     def on_command(self, msg: Any) -> bool:
         """Carry out one ``CheckpointCommand``; False when it is addressed to another node.
