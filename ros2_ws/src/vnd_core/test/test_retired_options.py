@@ -1,6 +1,6 @@
 """Options this version no longer has: a bundle whose model needs one is refused at load with a
 message naming the option and what to do, a bundle that holds one at the value this version
-computes loads, and a learner override naming one is refused."""
+computes loads, and a learner setting naming one is refused."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import safetensors.torch
 import torch
+import yaml
 from vnd_core.bundle import Bundle, BundleError, load_bundle, pack, read_metadata, save_bundle
-from vnd_core.config_io import ConfigError, apply_overrides, load_dataclass
+from vnd_core.config_io import ConfigError
 from vnd_core.learner import LearnerConfig
+from vnd_core.learner.settings import read_config_file, with_overrides, write_config_file
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import TransitionDataset, VNDModel, VNDModelConfig
@@ -104,27 +106,31 @@ def test_an_unknown_model_field_is_still_named_first(saved, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "overrides, where",
+    "name, value",
     [
-        ({"latent_pathway_only": True}, "LearnerConfig has no field 'latent_pathway_only'"),
-        ({"model": {"short_context_len": 8}}, "LearnerConfig.model has no field 'short_context"),
-        ({"model": {"encoder_inputs": "all"}}, "LearnerConfig.model has no field 'encoder_in"),
-        ({"fit": {"splice_fraction": 0.1}}, "LearnerConfig.fit has no field 'splice_fraction'"),
-        ({"fit": {"short_fraction": 0.25}}, "LearnerConfig.fit has no field 'short_fraction'"),
-        ({"trainer": {"switch_fraction": 0.6}}, "LearnerConfig.trainer has no field 'switch_f"),
-        ({"trainer": {"switch_lag_max_s": 0.6}}, "LearnerConfig.trainer has no field 'switch_l"),
+        ("latent_pathway_only", True),
+        ("model.short_context_len", 8),
+        ("model.encoder_inputs", "all"),
+        ("fit.splice_fraction", 0.1),
+        ("fit.splice_max_recent", 10),
+        ("fit.short_fraction", 0.25),
+        ("fit.short_switch_quantile", 0.99),
+        ("trainer.switch_fraction", 0.6),
+        ("trainer.switch_lag_max_s", 0.6),
     ],
 )
-def test_a_learner_override_of_a_retired_option_is_refused_naming_it(overrides, where):
-    """What ``vnd eval --learner-overrides`` applies its JSON with."""
-    with pytest.raises(ValueError, match=where):
-        apply_overrides(LearnerConfig.standard(), overrides, "LearnerConfig")
+def test_a_learner_setting_of_a_retired_option_is_refused_naming_it(name, value):
+    """Learner settings by dotted name, as the learner's parameters and ``vnd eval
+    --learner-param`` give them."""
+    with pytest.raises(ConfigError, match=f"LearnerConfig has no field '{name}'"):
+        with_overrides(LearnerConfig.standard(), {name: value}, "learner parameters")
 
 
 def test_a_learner_config_file_naming_a_retired_option_is_refused(tmp_path):
-    """A LearnerConfig read from YAML (as the worker reads its configuration) that still sets
-    a removed field."""
-    path = tmp_path / "learner.yaml"
-    path.write_text("trainer: {iterations: 30, switch_fraction: 0.6}\n")
+    """The worker's configuration file, written by an earlier version with a removed field."""
+    path = write_config_file(tmp_path / "learner_config.yaml", LearnerConfig.standard(), "standard")
+    document = yaml.safe_load(path.read_text())
+    document["learner"]["trainer"]["switch_fraction"] = 0.0
+    path.write_text(yaml.safe_dump(document))
     with pytest.raises(ConfigError, match="trainer: unknown field 'switch_fraction'"):
-        load_dataclass(LearnerConfig, path)
+        read_config_file(path)
