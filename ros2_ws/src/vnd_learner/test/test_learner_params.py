@@ -157,3 +157,32 @@ def test_the_typed_file_round_trips_and_names_what_is_wrong(tmp_path: Path) -> N
             config, trainer=dataclasses.replace(config.trainer, reference_kind_probs=(1.0,))
         )
         write_config_file(tmp_path / "bad.yaml", bad, "standard")
+
+
+def test_worker_process_refuses_a_config_file_with_a_mistyped_field(tmp_path: Path) -> None:
+    from vnd_core.bundle import shipped_bundle_path
+    from vnd_core.learner.settings import write_config_file
+    from vnd_core.learner_store.ipc import read_frame
+
+    path = write_config_file(tmp_path / "learner_config.yaml", learner_preset("quick"), "quick")
+    document = yaml.safe_load(path.read_text())
+    document["learner"]["fit"]["steps"] = "many"
+    path.write_text(yaml.safe_dump(document))
+    command = [sys.executable, "-m", "vnd_learner.worker", "--vehicle", "agile", "--nice", "0"]
+    command += ["--bundle", str(shipped_bundle_path()), "--config", str(path)]
+    worker = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert worker.stdout is not None
+        frame = read_frame(worker.stdout)
+        assert worker.wait(timeout=START_TIMEOUT_S) == 2  # EXIT_ERROR: the node reports it
+    finally:
+        worker.kill()
+        worker.wait()
+    assert frame is not None and frame.kind == "error"
+    assert "fit: steps: expected an integer, got 'many'" in frame.meta["message"]
+    assert str(path) in frame.meta["message"]

@@ -242,4 +242,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stderr.flush()
+    # The inbox thread may be blocked reading stdin, which the node keeps open: a normal
+    # interpreter exit then aborts on the stdin lock (SIGABRT) instead of returning ``code``.
+    os._exit(code)
