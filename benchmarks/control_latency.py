@@ -1,33 +1,45 @@
-"""Control-path latency and missed ticks of the full simulated stack while the learner trains.
+"""Control-path latency and late ticks of the full simulated stack, per middleware, in one run.
 
 Flies the stack of ``make demo`` (``vnd fly``: sim, pose filter, encoder, policy, learner, each
-its own process over Cyclone DDS on loopback) through a wind schedule that keeps the learner
-busy for ``--duration`` seconds (default 300), then reads the flight report: latency from the
-publication of an odometry sample to the publication of the command answering it, and policy
-ticks later than 1.5 control periods. Prints one JSON object last:
-``{"p50_ms", "p99_ms", "missed_ticks", "duration_s", ..., "host_cpu"}``; ``host_cpu`` has the
-machine's vCPU steal over the flight and the p99 and late ticks of the 10-s windows with and
-without steal, so a figure the hypervisor caused can be told from one the stack caused.
+its own process) once per ``--middleware`` choice, one flight after the other, through a wind
+schedule that keeps the learner busy for ``--duration`` seconds (default 60) each:
 
-``host_stalls`` (from the report) goes further: ``vnd fly`` runs a SCHED_FIFO 99 probe pinned
-to each CPU (``vnd_core.flight.hoststall``) that records every wake-up the host delayed by 1 ms
-or more, and puts each policy tick later than 1.5 periods (the policy's missed-tick rule, from
-the command publication times) against them: ``late_ticks_with_host_stall`` are those during
-which one CPU lost at least half as much time to such stalls as the tick was late,
-``late_ticks_without_host_stall`` are the stack's to explain. Each late tick also carries the
-longest gap of the odometry it answers (a late input points upstream). The policy's log breaks
-each late tick down by its thread's scheduling (ran, waited for a CPU, off-CPU).
-``--no-host-probe`` flies without the probe.
+* ``dds``: every node on the project's Cyclone DDS backend (what ``make demo`` flies);
+* ``rclpy``: every node on real rclpy (Fast DDS), from the ``make ros`` wheels or a sourced
+  ROS 2;
+* ``mixed``: the sim on dds, the pose filter, encoder, policy and learner on rclpy.
+
+Each flight's report gives the latency from the odometry stamp (the mocap measurement time) to
+the publication of the command answering it (``p50_ms`` / ``p99_ms``; both ends are DDS
+source timestamps on this host's clock, read by a Cyclone reader of ``vnd fly`` that sees
+either vendor's writers), the same from the odometry's publication (``from_odom_publication``),
+and the policy ticks later than 1.5 control periods (``late_ticks``). ``vnd fly`` runs a
+SCHED_FIFO 99 probe pinned to each CPU (``vnd_core.flight.hoststall``): a late tick during which
+one CPU lost at least half as much time to host stalls as the tick was late counts as the
+host's (``late_ticks_host``), the rest are the stack's own (``late_ticks_stack``).
+
+Prints ONE JSON object last: ``{"duration_s", "middlewares": {name: {...}}, "budget": {...}}``;
+``budget`` compares rclpy with dds: ``rclpy_p99_over_dds`` (goal <= 1.5) and the stack's own
+late ticks on rclpy (goal 0). Run folders (bags, logs, reports) go under ``--out`` (default
+``runs/control_latency_<date>_<time>/<middleware>``; runs/ is ignored by git).
+
+    python benchmarks/control_latency.py --middleware dds,rclpy,mixed --duration 60
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import subprocess
 import sys
-import tempfile
+import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MIDDLEWARES = ("dds", "rclpy", "mixed")
+BUDGET_P99_RATIO = 1.5  # rclpy p99 at most this multiple of the dds backend's
 
 SCENARIO = """name: latency_endurance
 description: figure-eight, wind switching every 30 s so the learner keeps updating
@@ -35,8 +47,7 @@ duration_s: {duration}
 reference: {{kind: figure8, center_m: [0.0, 0.0, 1.2], amplitude_m: 1.2, period_s: 6.0}}
 phases:
 {phases}
-events:
-{events}
+events:{events}
 """
 
 WINDS_MPS = ((0.0, 0.0, 0.0), (4.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 4.0, 0.0))
@@ -58,52 +69,136 @@ def scenario_yaml(duration_s: float) -> str:
             vel = f"[{wind[0]}, {wind[1]}, {wind[2]}]"
             events.append(f"  - {{at_s: {start}, type: wind, kind: constant, velocity_mps: {vel}}}")
         k += 1
-    return SCENARIO.format(duration=duration_s, phases="\n".join(phases), events="\n".join(events))
+    listed = "".join(f"\n{event}" for event in events) or " []"  # one calm phase: no events
+    return SCENARIO.format(duration=duration_s, phases="\n".join(phases), events=listed)
+
+
+def parse_middlewares(values: list[str] | None) -> list[str]:
+    """``--middleware`` values (repeatable, each a comma list) in order, duplicates dropped;
+    default: all three when rclpy is installed, else dds only. Unknown names raise."""
+    if not values:
+        return list(MIDDLEWARES) if importlib.util.find_spec("rclpy") else ["dds"]
+    chosen: list[str] = []
+    for value in values:
+        for name in (part.strip().lower() for part in value.split(",")):
+            if name not in MIDDLEWARES:
+                raise ValueError(f"--middleware {name!r}: expected one of {', '.join(MIDDLEWARES)}")
+            if name not in chosen:
+                chosen.append(name)
+    return chosen
+
+
+def summarise(report: dict, exit_code: int, wall_s: float) -> dict:
+    """The figures of one flight's report.json."""
+    latency = report.get("control_latency_ms") or {}
+    from_stamp = (report.get("latency_other") or {}).get("odom_stamp_to_command_ms") or {}
+    stalls = report.get("host_stalls") or {}
+    probed = bool(stalls.get("probed"))
+    return {
+        "p50_ms": from_stamp.get("p50"),
+        "p99_ms": from_stamp.get("p99"),
+        "max_ms": from_stamp.get("max"),
+        "samples": from_stamp.get("samples"),
+        "from_odom_publication": {k: latency.get(k) for k in ("p50", "p99", "max")},
+        "late_ticks": stalls.get("late_ticks") if probed else report.get("missed_ticks"),
+        "late_ticks_host": stalls.get("late_ticks_with_host_stall") if probed else None,
+        "late_ticks_stack": stalls.get("late_ticks_without_host_stall") if probed else None,
+        "host_probed": probed,
+        "policy_missed_ticks": report.get("missed_ticks"),
+        "model_updates": len(report.get("model_updates") or []),
+        "overall_rmse_m": report.get("overall_rmse_m"),
+        "vehicle_crashed": report.get("vehicle_crashed"),
+        "end_reason": report.get("end_reason"),
+        "vnd_fly_exit_code": exit_code,
+        "stack_failures": report.get("stack_failures") or [],
+        "wall_s": round(wall_s, 1),
+        "host_cpu_steal_fraction": (report.get("host_cpu") or {}).get("steal_fraction"),
+        "run": report.get("run_dir"),
+    }
+
+
+def fly(middleware: str, scenario: Path, out: Path, duration_s: float, probe: bool) -> dict:
+    """One ``vnd fly --middleware`` flight; its summary (or why there is none)."""
+    command = [
+        sys.executable, "-m", "vnd_ros.cli", "fly", "--scenario", str(scenario),
+        "--middleware", middleware, "--out", str(out), "--timeout", str(duration_s + 180.0),
+    ]  # fmt: skip
+    if not probe:
+        command.append("--no-host-probe")
+    start = time.monotonic()
+    log = out.parent / f"{middleware}.vnd_fly.log"
+    with log.open("w") as stream:
+        flown = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT)
+    wall_s = time.monotonic() - start
+    report_path = out / "report.json"
+    if not report_path.exists():  # a failed stack process still leaves a report; none: say so
+        return {"error": f"vnd fly exited {flown.returncode} without a report (see {log})"}
+    report = json.loads(report_path.read_text())
+    report["run_dir"] = str(out)
+    return summarise(report, flown.returncode, wall_s)
+
+
+def budget(results: dict[str, dict]) -> dict:
+    """rclpy against dds: the p99 ratio and the stack's own late ticks."""
+    dds, rclpy = results.get("dds") or {}, results.get("rclpy") or {}
+    if dds.get("p99_ms") is None or rclpy.get("p99_ms") is None:
+        return {"compared": False, "why": "needs both a dds and an rclpy flight with figures"}
+    ratio = rclpy["p99_ms"] / dds["p99_ms"]
+    stack_late = rclpy.get("late_ticks_stack")
+    return {
+        "compared": True,
+        "rclpy_p99_over_dds": round(ratio, 3),
+        "p99_goal_ratio": BUDGET_P99_RATIO,
+        "p99_within_goal": ratio <= BUDGET_P99_RATIO,
+        "rclpy_late_ticks_stack": stack_late,
+        "late_within_goal": stack_late == 0,
+    }
 
 
 def main() -> int:
-    """Fly, read report.json, print the JSON figure."""
+    """Fly each middleware in turn, print the JSON object."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=300.0, help="flight seconds")
-    parser.add_argument("--out", type=Path, help="run folder (default: a temporary one)")
+    parser.add_argument(
+        "--middleware",
+        action="append",
+        help="dds, rclpy or mixed; repeatable or a comma list (default: all three when rclpy "
+        "is installed, else dds)",
+    )
+    parser.add_argument("--duration", type=float, default=60.0, help="flight seconds each")
+    parser.add_argument("--out", type=Path, help="folder of the run folders (default runs/...)")
     parser.add_argument(
         "--no-host-probe", action="store_true", help="fly without the host stall probe"
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="vnd_latency_") as tmp:
-        scenario = Path(tmp) / "latency_endurance.yaml"
-        scenario.write_text(scenario_yaml(args.duration))
-        out = args.out or Path(tmp) / "run"
-        command = [
-            sys.executable, "-m", "vnd_ros.cli", "fly", "--scenario", str(scenario),
-            "--out", str(out), "--timeout", str(args.duration + 180.0),
-        ]  # fmt: skip
-        if args.no_host_probe:
-            command.append("--no-host-probe")
-        # A failed stack process (say the learner) still leaves a report: read it and say so.
-        flown = subprocess.run(command, stdout=subprocess.DEVNULL)
-        report_path = out / "report.json"
-        if not report_path.exists():
-            print(f"vnd fly exited {flown.returncode} without a report", file=sys.stderr)
-            return 1
-        report = json.loads(report_path.read_text())
-    latency = report["control_latency_ms"]
-    updates = report.get("model_updates") or []
-    result = {
-        "p50_ms": latency.get("p50"),
-        "p99_ms": latency.get("p99"),
-        "missed_ticks": report.get("missed_ticks"),
+    try:
+        middlewares = parse_middlewares(args.middleware)
+    except ValueError as err:
+        parser.error(str(err))
+    if args.duration <= 0:
+        parser.error("--duration must be > 0")
+    root = args.out or REPO / "runs" / time.strftime("control_latency_%Y%m%d_%H%M%S")
+    if root.exists() and any(root.iterdir()):
+        parser.error(f"{root} is not empty; choose another --out")
+    root.mkdir(parents=True, exist_ok=True)
+    scenario = root / "latency_endurance.yaml"
+    scenario.write_text(scenario_yaml(args.duration))
+    results: dict[str, dict] = {}
+    for middleware in middlewares:
+        print(f"control_latency: flying {middleware} ({args.duration:.0f} s)", file=sys.stderr)
+        results[middleware] = fly(
+            middleware, scenario, root / middleware, args.duration, not args.no_host_probe
+        )
+    summary = {
         "duration_s": args.duration,
-        "latency_method": latency.get("method"),
-        "model_updates": len(updates),
-        "vnd_fly_exit_code": flown.returncode,
-        "stack_failures": report.get("stack_failures") or [],
-        # the host's vCPU steal and the latency split by it (vnd_core.flight.hostcpu)
-        "host_cpu": report.get("host_cpu"),
-        "host_stalls": report.get("host_stalls"),
+        "middlewares": results,
+        "budget": budget(results),
+        "rclpy_executor": os.environ.get("VND_RCLPY_EXECUTOR", "events"),
+        "runs": str(root),
     }
-    print(json.dumps(result))
-    return 0 if flown.returncode == 0 else 1
+    (root / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(json.dumps(summary))
+    failed = [m for m, r in results.items() if "error" in r or r.get("vnd_fly_exit_code")]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

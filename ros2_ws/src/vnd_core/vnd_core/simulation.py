@@ -131,6 +131,18 @@ class SimulatedVehicle:
             return CONDITION_WAITING
         return CONDITION_DONE if self.done else self.plant.condition()
 
+    def next_sample_ns(self, now_ns: int) -> int:
+        """Clock time [ns] at which :meth:`advance_to` returns the next mocap sample: a pacing
+        node sleeps until then instead of polling (``now_ns`` when one is already due, and
+        before the first stand sample)."""
+        if not self.started and self.config.start_on_command:
+            due = self._next_stand_ns
+        elif self.started:
+            due = self._stamp_of_step(self._next_sample_step)
+        else:  # starts at the next advance_to
+            due = None
+        return now_ns if due is None else max(due, now_ns)
+
     # ---------------------------------------------------------------------------- inputs
 
     def start(self, now_ns: int) -> None:

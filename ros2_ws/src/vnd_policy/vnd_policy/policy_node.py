@@ -4,16 +4,18 @@ Timing: the tick runs in the odometry callback (event-driven, lowest latency fro
 command): a sample stamped at least ``min_tick_interval_s`` after the odometry the previous
 tick used triggers it, so 100 Hz odometry gives 50 Hz ticks, each on a fresh sample. Deciding
 on stamps, not arrival times, keeps the ticks on every second sample whatever the transport
-jitter, and resumes odometry-driven ticks right after a watchdog tick. A watchdog timer
-(``watchdog_period_s``) runs the tick itself when none happened for more than one period plus
-``tick_margin_s`` (odometry late or gone; the margin tolerates 6 ms of odometry jitter, and
-period + margin + timer period, 28 ms, stays below the 30 ms that counts as a missed tick),
-then keeps ticking on the 50 Hz grid
-until odometry is back; the
-safety filter sees the odometry age and falls back. The watchdog callback also applies
-finished bundle loads, so swaps happen between ticks. Operator arm / disarm requests
-(``vnd arm``, ``vnd disarm``: vnd/checkpoint/command) are decided and applied in their
-callback, between two ticks as well (``vnd_core.flight.arming``).
+jitter, and resumes odometry-driven ticks right after a watchdog tick. The watchdog is a
+deadline timer, not a poll: every odometry tick restarts it with one period plus
+``tick_margin_s`` (26 ms), so it fires only when no tick happened for that long (odometry late
+or gone; the margin tolerates 6 ms of odometry jitter and stays below the 30 ms that counts as
+a missed tick), runs the tick itself, then keeps ticking every period (the 50 Hz grid) until
+odometry is back; the safety filter sees the odometry age and falls back. A fast periodic
+poll would cost a callback every few milliseconds, which rclpy's executors cannot afford on a
+small flight computer. Finished bundle loads are applied right after each tick's publications
+and in the watchdog callback (every 26 ms without odometry), so swaps happen between ticks.
+Operator arm / disarm requests (``vnd arm``, ``vnd disarm``: vnd/checkpoint/command) are
+decided and applied in their callback, between two ticks as well
+(``vnd_core.flight.arming``).
 
 Topics (relative, in the vehicle namespace; see docs/topics.md):
     in   odom (nav_msgs/Odometry), vnd/latent, vnd/reference, vnd/model,
@@ -87,6 +89,7 @@ BUNDLE_REJECTED = "bundle_rejections"
 # A latent problem this long is reported: shorter ones are the encoder and the policy
 # activating a new bundle a few ticks apart.
 LATENT_WARN_NS = 500_000_000
+MIN_TIMER_WAIT_NS = 100_000  # shortest watchdog timer period (a due time already passed)
 WARNED_LATENT = frozenset({LATENT_MISSING, LATENT_STALE, LATENT_MISMATCH, LATENT_SIZE})
 
 
@@ -100,7 +103,6 @@ class PolicyNodeConfig:
     min_tick_interval_s: float = param(
         0.018, "odometry stamped closer than this to the last tick's odometry waits (s)"
     )
-    watchdog_period_s: float = param(0.002, "period of the watchdog / swap timer (s)")
     tick_margin_s: float = param(0.006, "watchdog ticks after period + this without a tick (s)")
     rehearsal_lead_s: float = param(
         0.0025, "rehearse the tick (cache warming) this long before odometry is due (s); 0 = off"
@@ -161,6 +163,7 @@ class PolicyNode(Node):
         self.last_tick_mono_ns: int | None = None
         self.ticked_stamp_ns: int | None = None  # odometry stamp the last tick used
         self.watchdog_due_ns: int | None = None  # monotonic time the watchdog ticks at
+        self.watchdog_timer = None  # the deadline timer (set by _wire)
         self.status_period_ns = round(self.cfg.status_period_s * NS_PER_S)
         self.last_status_ns: int | None = None  # clock time of the last vnd/node_status
         self.mode_reason = ""  # why the controller is in its mode (the last change's reason)
@@ -199,7 +202,9 @@ class PolicyNode(Node):
         )
         for type_name, topic, callback, qos in subscriptions:
             self.create_subscription(msg(type_name), topic, callback, qos)
-        self.create_timer(self.cfg.watchdog_period_s, self.on_watchdog)
+        self.deadline_s = self.cfg.safety.period_s + self.cfg.tick_margin_s
+        self.watchdog_timer = self.create_timer(self.deadline_s, self.on_watchdog)
+        self.watchdog_wait_ns = round(self.deadline_s * NS_PER_S)  # its period
         self.rehearsal_timer = None
         if not 0.0 <= self.cfg.rehearsal_lead_s < self.cfg.safety.period_s:
             raise ValueError(
@@ -263,12 +268,17 @@ class PolicyNode(Node):
 
     # ------------------------------------------------------------------ tick
     def on_watchdog(self) -> None:
-        """Apply finished bundle loads; tick when odometry is overdue."""
-        self.checkpoint.poll()
+        """Apply finished bundle loads; tick when odometry is overdue (the timer fires at the
+        deadline; the due-time check guards against a call racing an odometry tick)."""
+        self.apply_bundle_loads()
         if self.watchdog_due_ns is None or time.monotonic_ns() < self.watchdog_due_ns:
             return
         self.counters.count(WATCHDOG_TICK)
         self.tick(fresh=False)
+
+    def apply_bundle_loads(self) -> None:
+        """Swap in the bundles whose load and checks finished; reply to their requests."""
+        self.checkpoint.poll()
 
     def on_rehearse(self) -> None:
         """Cache warming (``vnd_core.flight.rehearsal``): run the next tick's path on the
@@ -310,6 +320,7 @@ class PolicyNode(Node):
             self.latency.add_ns(published_ns - odom_stamp_ns)
         self.tick_count += 1
         self.replay_pub.publish(self.transition(record, odom_stamp_ns))
+        self.apply_bundle_loads()
         self._check_tick_interval()
         self.rate.add(published_ns)
         # Status goes out right after a command, when the next odometry is a period away: a
@@ -335,13 +346,18 @@ class PolicyNode(Node):
 
     def _schedule_watchdog(self, fresh: bool) -> None:
         """Next watchdog tick: one period + margin after an odometry tick; on the 50 Hz grid
-        (previous due time + one period) while the watchdog itself is ticking."""
+        (previous due time + one period) while the watchdog itself is ticking. The deadline
+        timer is set to fire then."""
         now_ns = self.last_tick_mono_ns
         if fresh or self.watchdog_due_ns is None:
             margin_ns = round(self.cfg.tick_margin_s * NS_PER_S)
             self.watchdog_due_ns = now_ns + self.period_ns + margin_ns
         else:
             self.watchdog_due_ns = max(self.watchdog_due_ns + self.period_ns, now_ns + 1)
+        wait_ns = max(self.watchdog_due_ns - now_ns, MIN_TIMER_WAIT_NS)
+        if self.watchdog_wait_ns != wait_ns:  # a period change is a middleware call: only then
+            self.watchdog_timer.timer_period_ns = self.watchdog_wait_ns = wait_ns
+        self.watchdog_timer.reset()
 
     def command(self, record: TickRecord, odom_stamp_ns: int):
         """The vnd/command message of one tick."""

@@ -14,10 +14,19 @@ Publishes:
     sim/condition (std_msgs/String, status): 'waiting' until scenario time starts, then the
         scenario phase name (calm, wind_a, ...), then 'done' once the scenario's duration is
         over (the vehicle keeps flying). Sent on every change and at 1 Hz.
-    vnd/node_status (vnd_msgs/NodeStatus, status), 1 Hz: rate_hz = timer rate, latency_p50/p99
-        = timer jitter |interval - period| [ms], missed_ticks = late timer ticks; counters_json
+    vnd/node_status (vnd_msgs/NodeStatus, status), 1 Hz: rate_hz = plant timer rate,
+        latency_p50/p99 = how late the timer woke after the sample it was set for [ms],
+        missed_ticks = timer intervals longer than 1.5 pose periods; counters_json
         has poses, commands, refused_mode, refused_invalid, started, done, crashed,
         scenario_time_ms and slipped_ms.
+
+Pacing: the plant timer is a deadline, not a fast poll. Each call integrates up to now,
+publishes the samples due, and sets the timer to the next sample's clock time
+(``SimulatedVehicle.next_sample_ns``), so a sample goes out as soon as its stamp is reached
+and the node wakes once per pose period (100 Hz), not at the physics rate; a command
+integrates up to its arrival itself. A periodic timer fast enough to publish each sample
+within a millisecond of its stamp would cost a callback every millisecond, which rclpy's
+executors cannot afford beside the control nodes on a small flight computer.
 
 The vehicle waits on a stand at the scenario's start point until the first valid command
 (``start_on_command``). Run: ``ros2 run vnd_sim sim_node --ros-args -p scenario:=recurring_wind``.
@@ -48,6 +57,7 @@ from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
 WORLD_FRAME_ID = "world"  # ENU world frame of mocap and truth (REP 103)
 BODY_FRAME_ID = "base_link"  # FLU body frame (REP 105)
 STATUS_PERIOD_S = 1.0  # node status and condition heartbeat period
+MIN_TIMER_WAIT_NS = 50_000  # shortest plant timer period (a sample already due: soon)
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,6 @@ class SimNodeConfig:
     real_time_factor: float = 1.0  # simulated seconds per clock second (> 1 only for tests)
     start_on_command: bool = True  # scenario time starts at the first valid command, else at once
     match_start_velocity: bool = False  # start moving with the reference instead of at rest
-    tick_rate_hz: float = 500.0  # rate of the plant timer (clock time): samples wait <= 1 tick
     pose_rate_hz: float = 100.0  # mocap pose rate in simulated time (divides physics rate)
     max_catch_up_s: float = 0.25  # most simulated time one tick integrates; beyond, time slips
     plant: PlantConfig = field(default_factory=PlantConfig)  # true-plant settings (plant.*)
@@ -86,8 +95,11 @@ class SimNode(Node):
         self.config = freeze_parameters(self, SimNodeConfig)
         self.get_logger().info(request_realtime(self.config.realtime_priority))
         cfg = self.config
-        if not cfg.tick_rate_hz > 0:
-            raise ValueError(f"tick_rate_hz must be > 0, got {cfg.tick_rate_hz}")
+        if not cfg.pose_rate_hz > 0 or not cfg.real_time_factor > 0:
+            raise ValueError(
+                f"pose_rate_hz and real_time_factor must be > 0, got {cfg.pose_rate_hz} and "
+                f"{cfg.real_time_factor}"
+            )
         scenario = load_scenario(cfg.scenario)
         self.sim = SimulatedVehicle(
             load_vehicle(cfg.vehicle), scenario, cfg.simulation(), cfg.plant, cfg.seed
@@ -115,16 +127,16 @@ class SimNode(Node):
         self.create_subscription(
             self._ctbr_cls, "vnd/command", self._on_command, qos_profile_sensor_data
         )
-        period_s = 1.0 / cfg.tick_rate_hz
+        period_s = 1.0 / (cfg.pose_rate_hz * cfg.real_time_factor)  # clock time
+        self._pose_period_ns = round(period_s * NS_PER_S)
         self._ticks = TickMonitor(period_s)
         self._tick_rate = RateEstimator()
-        self._jitter = LatencyWindow(window=round(10.0 * cfg.tick_rate_hz))  # last 10 s
-        self._period_ms = 1e3 * period_s
-        self._last_tick_ns: int | None = None
+        self._jitter = LatencyWindow(window=round(10.0 / period_s))  # last 10 s
+        self._due_ns: int | None = None  # clock time the plant timer is set for
         self._counters = ReasonCounter()
         self._condition: str | None = None
         self._crash_logged = False
-        self.create_timer(period_s, self._on_tick)
+        self._plant_timer = self.create_timer(period_s, self._on_tick)
         self.create_timer(STATUS_PERIOD_S, self._on_status)
         start = "at the first command" if cfg.start_on_command else "now"
         self.get_logger().info(
@@ -135,8 +147,10 @@ class SimNode(Node):
     # -------------------------------------------------------------------------- callbacks
 
     def _on_tick(self) -> None:
-        self._record_tick()
-        self._publish_samples(self.sim.advance_to(self._now_ns()))
+        now_ns = self._now_ns()
+        self._record_tick(now_ns)
+        self._publish_samples(self.sim.advance_to(now_ns))
+        self._schedule_tick()
 
     def _on_command(self, msg: Any) -> None:
         # Idle and disarmed commands (zero thrust) never start the scenario; once it runs they
@@ -174,14 +188,18 @@ class SimNode(Node):
     def _now_ns(self) -> int:
         return self.get_clock().now().nanoseconds
 
-    def _record_tick(self) -> None:
-        now_ns = self._now_ns()
+    def _record_tick(self, now_ns: int) -> None:
         self._ticks.tick()
         self._tick_rate.add(now_ns)
-        if self._last_tick_ns is not None:
-            interval_ms = (now_ns - self._last_tick_ns) * 1e-6
-            self._jitter.add_ms(abs(interval_ms - self._period_ms))
-        self._last_tick_ns = now_ns
+        if self._due_ns is not None:
+            self._jitter.add_ns(max(now_ns - self._due_ns, 0))
+
+    def _schedule_tick(self) -> None:
+        """Plant timer to the next sample's clock time (at most one pose period away)."""
+        now_ns = self._now_ns()
+        self._due_ns = min(self.sim.next_sample_ns(now_ns), now_ns + self._pose_period_ns)
+        self._plant_timer.timer_period_ns = max(self._due_ns - now_ns, MIN_TIMER_WAIT_NS)
+        self._plant_timer.reset()
 
     def _refuse(self, reason: str, message: str) -> None:
         self._counters.count(reason)

@@ -1,6 +1,7 @@
 """``vnd fly``: fly the simulated stack through a scenario, record it, and write the report.
 
     vnd fly --scenario recurring_wind [--out runs/<stamp>] [--real-time-factor 1] [--no-learn]
+            [--middleware dds|rclpy|mixed]
     vnd fly --report-only runs/<stamp>        (recompute the report from a recorded run)
 
 Steps: copy the node parameter files to ``<out>/config`` (``learn: false`` for the learner with
@@ -9,6 +10,13 @@ per node, node output in ``<out>/logs``, the loopback Cyclone configuration inhe
 MCAP bag of the vehicle's vnd and sim topics, show a live progress line, stop when
 ``sim/condition`` says ``done`` (or at the timeout), stop the stack (SIGINT, reaped) and write
 ``report.json``, ``report.md`` and ``report.png`` (see :mod:`vnd_core.flight_report`).
+
+``--middleware`` picks the node processes' backend (``VND_MIDDLEWARE`` of each child): ``dds``
+(the default, also what ``make demo`` flies), ``rclpy`` (real rclpy on Fast DDS, from the
+``make ros`` wheels or a sourced ROS 2), or ``mixed`` (the sim on dds, the pose filter, encoder,
+policy and learner on rclpy: the vehicle's traffic crosses vendors both ways). The ``vnd fly``
+process itself (monitor, recorder, latency probe) keeps its own backend, dds under the Makefile.
+rclpy asked for and absent stops the flight with one line naming ``make ros``.
 
 Control latency is measured outside the nodes: a raw DDS reader (dds backend) receives every
 command and odometry sample with the source timestamp its writer stamped at publication, so
@@ -61,6 +69,8 @@ RECORD_TOPICS = (
     "sim/condition",
     "sim/disturbance",
 )
+MIDDLEWARES = ("dds", "rclpy", "mixed")  # --middleware choices
+SIM_NODE = "sim"  # node name of the plant: the one node on dds under --middleware mixed
 STARTUP_ALLOWANCE_S = 90.0  # default timeout = scenario duration / rtf + this
 SETTLE_AFTER_DONE_S = 1.0  # keep recording this long after 'done' (last replies, statuses)
 PROGRESS_PERIOD_S = 0.5  # progress line refresh (a TTY); non-TTY prints every 10 s
@@ -95,7 +105,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fly without the per-CPU probe that tells host stalls from the stack's",
     )
     parser.add_argument(
+        "--middleware",
+        choices=MIDDLEWARES,
+        default=default_middleware(),
+        help="backend of the node processes: dds (default; VND_MIDDLEWARE when it names one), "
+        "rclpy, or mixed (sim on dds, the other nodes on rclpy)",
+    )
+    parser.add_argument(
         "--report-only", type=Path, metavar="RUN", help="recompute the report of a recorded run"
+    )
+
+
+def default_middleware() -> str:
+    """``VND_MIDDLEWARE`` when it names a backend (dds, rclpy), else dds."""
+    choice = os.environ.get("VND_MIDDLEWARE", "").strip().lower()
+    return choice if choice in ("dds", "rclpy") else "dds"
+
+
+def node_backends(middleware: str) -> tuple[str, str]:
+    """(sim backend, control-node backend) of a ``--middleware`` choice."""
+    if middleware not in MIDDLEWARES:
+        raise ValueError(f"--middleware {middleware!r}: expected one of {', '.join(MIDDLEWARES)}")
+    if middleware == "mixed":
+        return "dds", "rclpy"
+    return middleware, middleware
+
+
+def rclpy_problem(env: dict[str, str]) -> str | None:
+    """None when rclpy and vnd_msgs import in a child with ``env`` (the nodes' environment),
+    else one line saying what failed and naming ``make ros``."""
+    import subprocess
+
+    check = "import rclpy, vnd_msgs.msg"
+    found = subprocess.run(
+        [sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=120
+    )
+    if found.returncode == 0:
+        return None
+    lines = [line for line in found.stderr.strip().splitlines() if line.strip()]
+    why = lines[-1] if lines else f"exit code {found.returncode}"
+    return (
+        f"--middleware needs rclpy, which does not import here ({why}): run `make ros` "
+        "(ROS 2 Jazzy from the PyPI wheels into the venv) or source /opt/ros/jazzy/setup.bash"
     )
 
 
@@ -110,6 +161,11 @@ def run(args: argparse.Namespace) -> int:
         print("vnd fly: error: --real-time-factor must be > 0", file=sys.stderr)
         return 2
     options = FlightOptions.from_args(args)
+    if "rclpy" in node_backends(options.middleware):
+        problem = rclpy_problem(dict(os.environ))
+        if problem:
+            print(f"vnd fly: error: {problem}", file=sys.stderr)
+            return 2
     try:
         outcome = fly(options)
     except (LaunchError, OSError, ValueError) as err:
@@ -144,6 +200,7 @@ class FlightOptions:
     topics: tuple[str, ...] = RECORD_TOPICS  # recorded topics (relative to the namespace)
     measure_latency: bool = True  # raw DDS readers for per-tick latency (dds backend)
     host_probe: bool = True  # per-CPU SCHED_FIFO probe of host stalls (Linux)
+    middleware: str = "dds"  # node backends: dds, rclpy or mixed (sim dds, the rest rclpy)
     progress: TextIO | None = None  # where the progress line goes (default stdout)
 
     @classmethod
@@ -162,6 +219,7 @@ class FlightOptions:
             launch_file=args.launch_file,
             timeout_s=args.timeout,
             host_probe=not args.no_host_probe,
+            middleware=args.middleware,
         )
 
 
@@ -223,12 +281,13 @@ def fly(options: FlightOptions) -> FlightOutcome:
     launch_log.mkdir(exist_ok=True)
     events = (launch_log / "launch.log").open("a")
     resolved = resolve_launch(options.launch_file, launch_args)
+    processes = with_backends(resolved.processes, options.middleware)
     service = LaunchService(
-        resolved.processes,
+        processes,
         log_dir=launch_log,
         report=lambda level, text: _launch_event(events, level, text),
     )
-    vital = {spec.name for spec in resolved.processes if not spec.respawn}
+    vital = {spec.name for spec in processes if not spec.respawn}
     meta: dict[str, Any] = {
         "scenario": scenario.name,
         "scenario_arg": options.scenario,
@@ -240,7 +299,9 @@ def fly(options: FlightOptions) -> FlightOutcome:
         "launch_file": str(options.launch_file),
         "seed": options.seed,
         "launch_args": launch_args,
-        "backend": runtime.BACKEND,
+        "backend": runtime.BACKEND,  # this process's: monitor, recorder, latency probe
+        "middleware": options.middleware,
+        "node_backends": {spec.name: spec.env.get("VND_MIDDLEWARE", "") for spec in processes},
         "wall_start_s": time.time(),
     }
     topics = [namespaced(options.vehicle, topic) for topic in options.topics]
@@ -289,6 +350,20 @@ def fly(options: FlightOptions) -> FlightOutcome:
     for failure in outcome.failures:
         print(f"[stack] {failure}", file=sys.stderr)
     return outcome
+
+
+def with_backends(processes: Sequence[Any], middleware: str) -> list[Any]:
+    """The launch file's processes with ``VND_MIDDLEWARE`` set per :func:`node_backends`: the
+    node named :data:`SIM_NODE` gets the sim's backend, every other one the control nodes'."""
+    import dataclasses
+
+    sim_backend, control_backend = node_backends(middleware)
+    chosen = []
+    for spec in processes:
+        is_sim = (spec.node_name or "").rsplit("/", 1)[-1] == SIM_NODE
+        backend = sim_backend if is_sim else control_backend
+        chosen.append(dataclasses.replace(spec, env={**spec.env, "VND_MIDDLEWARE": backend}))
+    return chosen
 
 
 def prepare_config(target: Path, learn: bool) -> Path:
