@@ -69,13 +69,22 @@ from vnd_ros.qos import (
     qos_profile_status,
 )
 from vnd_ros.ros_args import remove_ros_args
-from vnd_ros.runtime import Node, init, node_parameter_overrides, shutdown, spin_until_shutdown
+from vnd_ros.runtime import (
+    Node,
+    init,
+    node_parameter_overrides,
+    shutdown,
+    spin_until_shutdown,
+    start_node,
+)
 
 from vnd_learner.records import TRANSITION_TYPE, TickBuffer, key_of_cdr, records_from_cdr, tick_key
 from vnd_learner.worker_client import WorkerClient, WorkerSpec
 
 MAX_RESTART_BACKOFF_S = 30.0  # longest wait between worker restarts [s]
 HISTORY_MAX_BATCHES = 256  # stored-tick batches kept before they are merged into one
+# Start-up refusals printed as one 'cannot start' line (bad parameters, an unwritable run_dir).
+STARTUP_ERRORS = (ParameterError, ConfigError, OSError)
 DESCRIBE_FLAG = "--describe-parameters"  # print the parameter table instead of running
 CONFIG_FILE = "learner_config.yaml"  # the worker's typed configuration, under run_dir
 # Parameters the node no longer has: each refused at start-up with what to use instead.
@@ -515,16 +524,14 @@ def main(args: list[str] | None = None) -> None:
     describe = DESCRIBE_FLAG in remove_ros_args(argv)
     init(args=[arg for arg in argv if arg != DESCRIBE_FLAG])
     if not describe:
-        spin_until_shutdown(LearnerNode())
+        spin_until_shutdown(start_node(LearnerNode, STARTUP_ERRORS, "learner"))
         return
     node = Node("learner")
-    try:
-        declare_learner_parameters(node)
-        for row in parameter_table(node):
-            print(json.dumps(row), flush=True)
-    finally:
-        node.destroy_node()
-        shutdown()
+    start_node(lambda: declare_learner_parameters(node), STARTUP_ERRORS, "learner")
+    for row in parameter_table(node):
+        print(json.dumps(row), flush=True)
+    node.destroy_node()
+    shutdown()
 
 
 if __name__ == "__main__":
