@@ -136,3 +136,47 @@ def test_node_process_refuses_to_start_with_undeclared_parameter(spawn_peer):
     assert peer.wait_exit(20) != 0
     stderr = "\n".join(peer.stderr_lines)
     assert "parameter 'rol' from -p flag 'rol:=talker' is not declared" in stderr
+
+
+@dataclass(frozen=True)
+class Section:
+    # steps of the optimiser, per update; the comment lines above a field describe it
+    # when it has no trailing comment
+    steps: int = 10
+    budget_s: float | None = None  # stop after this long (None: no limit)
+    probs: tuple[float, float] = (0.5, 0.5)  # two shares
+
+
+@dataclass(frozen=True)
+class Tuned:
+    rate: float = 1.0  # a rate
+    section: Section = field(default_factory=Section)
+
+
+def test_preset_defaults_optional_fields_and_comment_above(make_node):
+    preset = Tuned(rate=2.0, section=Section(steps=20, budget_s=None))
+    node = make_node(["-p", "section.budget_s:=3"])
+    cfg = freeze_parameters(node, Tuned, defaults=preset)
+    assert cfg == Tuned(rate=2.0, section=Section(steps=20, budget_s=3.0))
+    assert node.describe_parameter("section.steps").description == (
+        "steps of the optimiser, per update; the comment lines above a field describe it when "
+        "it has no trailing comment"
+    )
+    unset = make_node([], name="unset")
+    assert freeze_parameters(unset, Tuned, defaults=preset).section.budget_s is None
+    assert unset.describe_parameter("section.budget_s").type == 3  # double, left unset
+
+
+def test_nested_errors_name_the_parameter_and_suggest_the_near_name(make_node):
+    with pytest.raises(ParameterError, match=r"expected list of 2 float, got list \[1.0\]"):
+        freeze_parameters(make_node(["-p", "section.probs:=[1.0]"]), Tuned)
+    with pytest.raises(
+        ParameterError,
+        match=r"'section.stepz' .* \(did you mean 'section.steps'\? declared: section.budget_s, "
+        r"section.probs, section.steps\)",
+    ):
+        freeze_parameters(make_node(["-p", "section.stepz:=3"]), Tuned)
+    # names another config of the node declares are left to it
+    node = make_node(["-p", "section.steps:=3", "-p", "frame:=odom"])
+    freeze_parameters(node, Tuned, declared_elsewhere={"frame"})
+    assert freeze_parameters(node, ControlConfig).frame == "odom"
