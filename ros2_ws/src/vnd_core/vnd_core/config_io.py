@@ -135,18 +135,3 @@ def load_dataclass(cls: type[T], path: Path, section: str | None = None) -> T:
             raise ConfigError(f"{path}: missing section '{section}'")
         data = data[section]
     return from_mapping(cls, data, str(path))
-
-
-def apply_overrides(config: T, overrides: dict[str, Any], where: str) -> T:
-    """``config`` (a dataclass) with ``overrides`` replaced; a dict value for a nested dataclass
-    field overrides inside it. ValueError names an unknown field."""
-    known = {f.name: f for f in dataclasses.fields(config)}
-    changes = {}
-    for name, value in overrides.items():
-        if name not in known:
-            raise ValueError(f"{where} has no field '{name}' (fields: {sorted(known)})")
-        current = getattr(config, name)
-        if dataclasses.is_dataclass(current) and isinstance(value, dict):
-            value = apply_overrides(current, value, f"{where}.{name}")
-        changes[name] = value
-    return dataclasses.replace(config, **changes)
