@@ -311,7 +311,10 @@ class StackClient:
         status_cls = messages.get_message("vnd_msgs/msg/CheckpointStatus")
         command_cls = messages.get_message("vnd_msgs/msg/CheckpointCommand")
         self.node.create_subscription(
-            status_cls, self.topic("vnd/checkpoint/status"), on_status, qos_profile_checkpoint_status
+            status_cls,
+            self.topic("vnd/checkpoint/status"),
+            on_status,
+            qos_profile_checkpoint_status,
         )
         publisher = self.node.create_publisher(
             command_cls, self.topic("vnd/checkpoint/command"), qos_profile_default
