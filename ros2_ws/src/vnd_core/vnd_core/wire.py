@@ -5,7 +5,7 @@ The .msg files are the source: ``CtbrCommand.MODE_*`` (also the mode of ``Transi
 expose those as class attributes of the message classes, but the numerics, the flight runtime
 and the report writers run without a middleware, so they use the enums below instead;
 ``vnd_ros/test/test_wire_constants.py`` checks that every member equals its .msg constant on
-both backends. The printable names (``vnd status``, ``vnd preflight``, the flight report) are
+both backends. The printable names (``vnd status``, ``vnd preflight``, ``vnd fly``) are
 derived here too, so a new constant needs one line in its .msg file and one in its enum.
 """
 
