@@ -21,7 +21,9 @@ host's (``late_ticks_host``), the rest are the stack's own (``late_ticks_stack``
 Prints ONE JSON object last: ``{"duration_s", "middlewares": {name: {...}}, "budget": {...}}``;
 ``budget`` compares rclpy with dds: ``rclpy_p99_over_dds`` (goal <= 1.5) and the stack's own
 late ticks on rclpy (goal 0). Run folders (bags, logs, reports) go under ``--out`` (default
-``runs/control_latency_<date>_<time>/<middleware>``; runs/ is ignored by git).
+``runs/control_latency_<date>_<time>/<middleware>``; runs/ is ignored by git). The stack flies
+in a vehicle namespace of its own (``--vehicle``), so another stack on the same DDS domain (a
+demo's vnd1) cannot publish into it.
 
     python benchmarks/control_latency.py --middleware dds,rclpy,mixed --duration 60
 """
@@ -117,11 +119,14 @@ def summarise(report: dict, exit_code: int, wall_s: float) -> dict:
     }
 
 
-def fly(middleware: str, scenario: Path, out: Path, duration_s: float, probe: bool) -> dict:
+def fly(
+    middleware: str, scenario: Path, out: Path, duration_s: float, probe: bool, vehicle: str
+) -> dict:
     """One ``vnd fly --middleware`` flight; its summary (or why there is none)."""
     command = [
         sys.executable, "-m", "vnd_ros.cli", "fly", "--scenario", str(scenario),
         "--middleware", middleware, "--out", str(out), "--timeout", str(duration_s + 180.0),
+        "--vehicle", vehicle,
     ]  # fmt: skip
     if not probe:
         command.append("--no-host-probe")
@@ -169,6 +174,12 @@ def main() -> int:
     parser.add_argument(
         "--no-host-probe", action="store_true", help="fly without the host stall probe"
     )
+    parser.add_argument(
+        "--vehicle",
+        default=f"vnd_latency_{os.getpid()}",
+        help="vehicle namespace (default: one of this run's own, so that another stack on the "
+        "domain, say a demo's vnd1, cannot feed this one)",
+    )
     args = parser.parse_args()
     try:
         middlewares = parse_middlewares(args.middleware)
@@ -186,7 +197,12 @@ def main() -> int:
     for middleware in middlewares:
         print(f"control_latency: flying {middleware} ({args.duration:.0f} s)", file=sys.stderr)
         results[middleware] = fly(
-            middleware, scenario, root / middleware, args.duration, not args.no_host_probe
+            middleware,
+            scenario,
+            root / middleware,
+            args.duration,
+            not args.no_host_probe,
+            args.vehicle,
         )
     summary = {
         "duration_s": args.duration,
