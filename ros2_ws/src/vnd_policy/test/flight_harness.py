@@ -4,6 +4,9 @@
   ``middleware`` fixture) rclpy;
 - :class:`Peer`: the test's own DDS node in the same namespace and domain, spinning on a
   background thread, with publishers, recorders (arrival time + message) and timers;
+- :class:`SimStack`: sim, pose filter (and an odometry fault injector), encoder and policy
+  processes in one namespace with a peer recording truth, commands and status (the fault
+  tests and ``benchmarks/fault_drills.py``);
 - :func:`make_bundles`: small real bundles plus corrupt, truncated, wrong-architecture and
   wrong-vehicle files.
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import os
 import queue
 import signal
@@ -37,7 +41,9 @@ from vnd_core.bundle import (
     save_bundle,
     shipped_bundle_path,
 )
-from vnd_core.flight.msgfields import fill_odometry, set_stamp
+from vnd_core.flight.msgfields import fill_odometry, odometry_state, set_stamp
+from vnd_core.flight.msgfields import stamp_ns as stamp_of
+from vnd_core.flight.safety import Mode
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import VNDModel, VNDModelConfig
@@ -275,3 +281,121 @@ class OdomFeeder:
             state[2] += 1e-6 * self._rng.standard_normal()
             self.last_good_stamp_ns = stamp_ns
         self.pub.publish(odometry_message(self.cls, stamp_ns, state))
+
+
+FLY_BEFORE_FAULT_S = 3.0  # policy flight before a fault
+
+
+class SimStack:
+    """sim + pose filter (+ encoder) + policy in namespace ``ns``, and a recording peer."""
+
+    def __init__(
+        self,
+        ns: str,
+        scenario: str,
+        encoder: bool,
+        *policy_args: str,
+        odom_faults: bool = False,
+        seed: int = 1,
+        sim_params: tuple[str, ...] = (),
+    ):
+        common = ["-r", f"__ns:={ns}"]
+        # With odom_faults the injector sits between the pose filter and the policy.
+        filtered = ["-r", "odom:=odom_filtered"] if odom_faults else []
+        self.nodes = {
+            "sim": NodeProcess(
+                "vnd_sim.sim_node",
+                [
+                    *common,
+                    "-p",
+                    f"scenario:={scenario}",
+                    "-p",
+                    f"seed:={seed}",
+                    *(arg for p in sim_params for arg in ("-p", p)),
+                ],
+            ),
+            "pose_filter": NodeProcess("vnd_encoder.pose_filter_node", [*common, *filtered]),
+            "policy": NodeProcess(
+                "vnd_policy.policy_node",
+                [
+                    *common,
+                    "-p",
+                    f"scenario:={scenario}",
+                    "-p",
+                    "status_period_s:=0.25",
+                    *policy_args,
+                ],
+            ),
+        }
+        if encoder:
+            self.nodes["encoder"] = NodeProcess("vnd_encoder.encoder_node", common)
+        if odom_faults:
+            self.nodes["odom_fault"] = NodeProcess(
+                "vnd_sim.odom_fault_node", [*common, "-r", "odom_in:=odom_filtered"]
+            )
+        from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profile_status
+
+        self.peer = Peer(ns)
+        self.truth = self.peer.record("nav_msgs/msg/Odometry", "sim/truth", qos_profile_default)
+        self.commands = self.peer.record(
+            "vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data
+        )
+        self.status = self.peer.record(
+            "vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status
+        )
+        self.peer.start()
+
+    def fly(self) -> None:
+        """Wait until the policy has flown ``FLY_BEFORE_FAULT_S``."""
+        self.nodes["policy"].wait_log("policy node ready")
+        wait_for(
+            lambda: self.commands and self.commands[-1][1].mode == Mode.POLICY,
+            60.0,
+            "the policy flying",
+        )
+        time.sleep(FLY_BEFORE_FAULT_S)
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
+        """:func:`wait_for`."""
+        return wait_for(predicate, timeout_s, what)
+
+    def kill(self, name: str) -> float:
+        """SIGKILL node ``name``; returns the wall time."""
+        self.nodes[name].proc.send_signal(signal.SIGKILL)
+        self.nodes[name].proc.wait(timeout=10)
+        return time.time()
+
+    def inject(self, fault: str) -> int:
+        """Ask the fault injector for ``fault``; returns the stamp of its first faulty sample."""
+        from vnd_ros.qos import qos_profile_status
+
+        cls, pub = self.peer.publisher("std_msgs/msg/String", "sim/odom_fault", qos_profile_status)
+        pub.publish(cls(data=fault))
+        line = self.nodes["odom_fault"].wait_log(f"odometry fault {fault} from stamp", 10.0)
+        return int(line.rsplit(" ", 1)[1])
+
+    def truth_from_stamp(self, stamp_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """(time since ``stamp_ns`` (N,) [s], true states (N, 13)) stamped from it on."""
+        rows = [(stamp_of(m.header.stamp), m) for _, m in list(self.truth)]
+        rows = [(t, m) for t, m in rows if t >= stamp_ns]
+        t_s = np.array([(t - stamp_ns) / 1e9 for t, _ in rows])
+        return t_s, np.array([odometry_state(m) for _, m in rows])
+
+    def truth_after(self, t_s: float) -> np.ndarray:
+        """True states (N, 13) received after wall time ``t_s``."""
+        return np.array([odometry_state(m) for t, m in self.truth if t >= t_s])
+
+    def latest_status(self, role: str):
+        """The newest NodeStatus of the node named ``role``."""
+        return next(m for _, m in reversed(self.status) if m.node.endswith("/" + role))
+
+    def sim_counters(self) -> dict:
+        """The sim node's newest status counters."""
+        return json.loads(self.latest_status("sim").counters_json)
+
+    def close(self) -> None:
+        """Stop the peer and every node."""
+        self.peer.close()
+        for node in self.nodes.values():
+            node.stop()

@@ -80,7 +80,7 @@ class TickRecord:
     mode: Mode  # controller mode
     reasons: tuple[str, ...]  # safety faults and limits of this tick
     state: np.ndarray  # (13,) state the tick used
-    reference: np.ndarray  # (9,) reference position m, velocity m/s, acceleration m/s^2 (now)
+    reference: np.ndarray  # (9,) scheduled reference position m, velocity m/s, accel. m/s^2 (now)
     z: np.ndarray  # (nz,) float32 latent the policy saw (zeros = prior mean)
     z_valid: bool  # z came from a matching, valid, fresh latent
     policy_version: int  # bundle version of the policy (0 = none)
@@ -184,6 +184,13 @@ class PolicyController:
         """Current controller mode."""
         return self.safety.mode
 
+    @property
+    def tracked_reference(self) -> np.ndarray | None:
+        """Reference (3, 3: position, velocity, acceleration) the policy tracked on the last
+        tick: the scheduled one plus the rejoin offset after a fallback; None before a tick."""
+        ref = self._runner.last_reference if self._runner is not None else None
+        return None if ref is None else ref[:, 0, :]
+
     def set_external_reference(self, reference: ExternalReference | None) -> None:
         """Follow ``reference`` from now on (None: back to the parameter reference)."""
         self._external = reference
@@ -229,7 +236,7 @@ class PolicyController:
         nz = bundle.policy.latent_dim if bundle is not None else 0
         z, z_valid = self._latent_for(now_ns, latent, version, nz)
         t_s = (input_ns - self._t0_ns) / NS_PER_S
-        action, ref = None, None
+        action, ref, scheduled = None, None, None
         if runner is not None:
             runner.external = self._external
             if self._external is not None:
@@ -247,10 +254,14 @@ class PolicyController:
             except Exception:  # a broken policy must not stop the tick: the filter takes over
                 self.counters.count(POLICY_ERROR)
             ref = runner.last_reference
+            if ref is not None and runner.rejoin is not None:
+                scheduled = runner.scheduled_reference_at(t_s)
         else:
             self.counters.count(NO_BUNDLE)
         if ref is None:
             ref = reference_numpy(self.reference, np.full(1, t_s))
+        if scheduled is None:
+            scheduled = ref
         out = self.safety.step(now_ns, measured, stamp_ns, action, reference_m=ref[0, 0, :])
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
@@ -259,7 +270,7 @@ class PolicyController:
             mode=out.mode,
             reasons=out.reasons,
             state=np.asarray(state, dtype=float),
-            reference=ref[:, 0, :].reshape(9),
+            reference=scheduled[:, 0, :].reshape(9),
             z=z,
             z_valid=z_valid,
             policy_version=version,
