@@ -171,6 +171,9 @@ def lineage_bundle(version: int, lineage: str, seed: int = 0) -> Bundle:
     """A flyable bundle of learner lineage ``lineage`` (model weights seeded: distinct content)."""
     bundle = make_bundle(version + 100 * seed)
     bundle.version, bundle.parent_version, bundle.lineage = version, version - 1, lineage
+    # Fixed creation time: the same bundle built twice must be the same bytes, also when the two
+    # builds straddle a second boundary.
+    bundle.created_utc = "2000-01-01T00:00:00Z"
     return bundle
 
 
