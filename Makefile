@@ -45,9 +45,11 @@ test: setup ros
 demo: setup
 	$(VENV)/bin/vnd fly --scenario recurring_wind
 
+# Each benchmark's output (its last line is one JSON object) goes to runs/bench/<stamp>/ (not
+# tracked by git); benchmarks/README.md says which figure each one gives.
 bench: setup
-	mkdir -p benchmarks/results
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b | tee benchmarks/results/$$(date +%Y%m%d)_$$(basename $$b .py).json.log; done
+	out=runs/bench/$$(date +%Y%m%d_%H%M%S) && mkdir -p $$out && \
+	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b | tee $$out/$$(basename $$b .py).log; done
 
 lint: setup
 	$(VENV)/bin/ruff check .
