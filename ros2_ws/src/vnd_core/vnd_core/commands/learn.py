@@ -19,8 +19,10 @@ from pathlib import Path
 import torch
 
 from vnd_core.bundle import BundleError, load_bundle, save_bundle
-from vnd_core.evaluation.replay_bag import ReplayBagError, read_transitions
-from vnd_core.learner import ContinualLearner, LearnerConfig
+from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
+from vnd_core.learner import ContinualLearner
+from vnd_core.learner.settings import LEARNER_PRESETS
+from vnd_core.vehicle import load_vehicle
 
 EXIT_REJECTED = 3
 
@@ -32,7 +34,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--init", required=True, type=Path, help="bundle to start from")
     parser.add_argument("--out", required=True, type=Path, help="bundle file to write")
-    parser.add_argument("--quick", action="store_true", help="the learner's quick configuration")
+    parser.add_argument(
+        "--preset", choices=sorted(LEARNER_PRESETS), default="full", help="learner preset"
+    )
+    parser.add_argument("--quick", action="store_true", help="same as --preset quick")
+    parser.add_argument(
+        "--vehicle",
+        default=None,
+        help="vehicle name or file the ticks were flown with (default: the init bundle's)",
+    )
     parser.add_argument("--topic", default=None, help="Transition topic (default: every one)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fit and the training")
     parser.add_argument("--fit-steps", type=int, default=None, help="model fit steps (preset's)")
@@ -48,11 +58,14 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     try:
         init = load_bundle(args.init)
-        records = read_transitions(args.bag, args.topic)
-    except (BundleError, ReplayBagError) as err:
+        read_report = ReadReport()
+        records = read_transitions(args.bag, args.topic, read_report)
+        vehicle = init.vehicle if args.vehicle is None else load_vehicle(args.vehicle)
+    except (BundleError, ReplayBagError, OSError, ValueError) as err:  # ValueError: vehicle file
         print(f"vnd learn: {err}")
         return 2
-    preset = LearnerConfig.quick if args.quick else LearnerConfig.full
+    print(f"vnd learn: {read_report.describe()}")
+    preset = LEARNER_PRESETS["quick" if args.quick else args.preset]
     config = preset(seed=args.seed, min_new_ticks=1, min_interval_s=0.0)
     if args.fit_steps is not None:
         config = dataclasses.replace(
@@ -62,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         trainer = dataclasses.replace(config.trainer, iterations=args.train_iterations)
         config = dataclasses.replace(config, trainer=trainer)
     try:
-        learner = ContinualLearner(init.vehicle, config, init)
+        learner = ContinualLearner(vehicle, config, init)
     except ValueError as err:
         print(f"vnd learn: {args.init}: {err}")
         return 2

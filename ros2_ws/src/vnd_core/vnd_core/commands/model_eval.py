@@ -18,7 +18,7 @@ import torch
 
 from vnd_core.bundle import BundleError, load_bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
-from vnd_core.evaluation.replay_bag import ReplayBagError, read_transitions
+from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
 from vnd_core.learner import TickRecords, split_runs
 from vnd_core.vnd.data import Segment, TransitionDataset
 from vnd_core.vnd.metrics import open_loop_errors
@@ -69,10 +69,12 @@ def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     try:
         bundle = load_bundle(args.bundle)
-        records = read_transitions(args.bag, args.topic)
+        read_report = ReadReport()
+        records = read_transitions(args.bag, args.topic, read_report)
     except (BundleError, ReplayBagError) as err:
         print(f"vnd model-eval: {err}")
         return 2
+    print(f"vnd model-eval: {read_report.describe()}")
     if bundle.model is None:
         print(f"vnd model-eval: {args.bundle}: bundle v{bundle.version} carries no VND model")
         return 2

@@ -13,7 +13,9 @@ like the learner's replay store (``segment_000001/``, ...): every bag found is r
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +34,10 @@ _SOURCE_MSG_DIR = Path(__file__).resolve().parents[3] / "vnd_msgs" / "msg"
 
 class ReplayBagError(ValueError):
     """A replay bag cannot be read; the message names the path and the reason."""
+
+
+class ReplayBagWarning(UserWarning):
+    """Transitions were left out of a read (the message says how many and why)."""
 
 
 def transition_msg_path() -> Path:
@@ -76,21 +82,64 @@ def find_bags(path: str | Path) -> list[Path]:
     return bags
 
 
+@dataclass
+class ReadReport:
+    """What :func:`read_transitions` read and what it left out."""
+
+    bags: list[str] = field(default_factory=list)  # bag folders read, in the order read
+    messages: int = 0  # Transition messages read
+    duplicate_stamps: int = 0  # messages left out: stamp already read from an earlier message
+
+    def describe(self) -> str:
+        """One line for the terminal."""
+        text = f"{self.messages} transitions read from {len(self.bags)} bags"
+        if self.duplicate_stamps:
+            text += (
+                f"; {self.duplicate_stamps} left out with a stamp already read (the bag listed"
+                " first, then the message recorded first, is kept)"
+            )
+        return text
+
+
 def read_transitions(
-    paths: str | Path | Sequence[str | Path], topic: str | None = None
+    paths: str | Path | Sequence[str | Path],
+    topic: str | None = None,
+    report: ReadReport | None = None,
 ) -> TickRecords:
     """Every Transition of the bags at ``paths`` as stamp-ordered :class:`TickRecords`.
 
     ``topic`` restricts the read to one topic; by default every connection of type
     ``vnd_msgs/msg/Transition`` is read. The record stamp is the message's header stamp (the
-    odometry stamp of the tick); duplicates (same stamp) keep their first occurrence.
+    odometry stamp of the tick). Ticks sharing a stamp keep the first read: bags in the order
+    given (a directory's bags by name), messages in bag order. How many were left out goes to
+    ``report``; without one, a :class:`ReplayBagWarning` says it.
     """
     if isinstance(paths, str | Path):
         paths = [paths]
     bags = [bag for p in paths for bag in find_bags(p)]
     rows: dict[str, list] = {k: [] for k in ("stamp", "state", "action", "mode", "pv", "ev")}
+    store = transition_typestore()
+    for bag in bags:
+        _read_bag(bag, topic, store, rows)
+    records, duplicates = _to_records(rows)
+    if report is None and duplicates:
+        warnings.warn(
+            f"{[str(b) for b in bags]}: {duplicates} transitions share a stamp with one read "
+            "before them and are left out (the bag listed first is kept)",
+            ReplayBagWarning,
+            stacklevel=2,
+        )
+    if report is not None:
+        report.bags += [str(b) for b in bags]
+        report.messages += len(rows["stamp"])
+        report.duplicate_stamps += duplicates
+    return records
+
+
+def _read_bag(bag: Path, topic: str | None, store: Typestore, rows: dict[str, list]) -> None:
+    """Append the Transitions of one bag to ``rows``."""
     try:
-        with AnyReader(bags, default_typestore=transition_typestore()) as reader:
+        with AnyReader([bag], default_typestore=store) as reader:
             connections = [
                 c
                 for c in reader.connections
@@ -99,7 +148,7 @@ def read_transitions(
             if not connections:
                 found = sorted({f"{c.topic} ({c.msgtype})" for c in reader.connections})
                 raise ReplayBagError(
-                    f"{[str(b) for b in bags]}: no {TRANSITION_TYPE} topic"
+                    f"{bag}: no {TRANSITION_TYPE} topic"
                     f"{'' if topic is None else f' named {topic}'}; found {found}"
                 )
             for connection, _, raw in reader.messages(connections=connections):
@@ -107,8 +156,7 @@ def read_transitions(
     except ReplayBagError:
         raise
     except Exception as err:  # rosbags raises several unrelated types for unreadable bags
-        raise ReplayBagError(f"{[str(b) for b in bags]}: cannot read bag: {err}") from err
-    return _to_records(rows)
+        raise ReplayBagError(f"{bag}: cannot read bag: {err}") from err
 
 
 def _append(rows: dict[str, list], msg) -> None:
@@ -122,8 +170,9 @@ def _append(rows: dict[str, list], msg) -> None:
     rows["ev"].append(int(msg.encoder_version))
 
 
-def _to_records(rows: dict[str, list]) -> TickRecords:
-    """Column lists -> stamp-sorted, deduplicated TickRecords."""
+def _to_records(rows: dict[str, list]) -> tuple[TickRecords, int]:
+    """Column lists -> stamp-sorted TickRecords keeping the first row of each stamp, and how
+    many rows were left out."""
     n = len(rows["stamp"])
     records = TickRecords(
         stamp_ns=np.array(rows["stamp"], dtype=np.int64),
@@ -136,7 +185,7 @@ def _to_records(rows: dict[str, list]) -> TickRecords:
     order = np.argsort(records.stamp_ns, kind="stable")
     stamps = records.stamp_ns[order]
     first = np.concatenate([[True], np.diff(stamps) != 0]) if n else np.zeros(0, bool)
-    return records.take(order[first])
+    return records.take(order[first]), int(n - first.sum())
 
 
 def write_transitions(
@@ -144,9 +193,11 @@ def write_transitions(
     records: TickRecords,
     topic: str = REPLAY_TOPIC,
     latents: Iterable[np.ndarray | None] | None = None,
+    custom_data: Mapping[str, str] | None = None,
 ) -> Path:
     """Write ``records`` as a rosbag2 MCAP bag of Transition messages at ``path`` (new
-    directory); ``latents`` optionally gives each tick's z (None: empty, z_valid false)."""
+    directory); ``latents`` optionally gives each tick's z (None: empty, z_valid false);
+    ``custom_data`` goes into the bag's metadata (e.g. the ``source`` of imported ticks)."""
     store = transition_typestore()
     msg_class = store.types[TRANSITION_TYPE]
     header_class = store.types["std_msgs/msg/Header"]
@@ -154,6 +205,8 @@ def write_transitions(
     latents = list(latents) if latents is not None else [None] * len(records)
     path = Path(path)
     with Writer(path, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        for key, value in (custom_data or {}).items():
+            writer.set_custom_data(key, value)
         connection = writer.add_connection(topic, TRANSITION_TYPE, typestore=store)
         for i in range(len(records)):
             stamp_ns = int(records.stamp_ns[i])

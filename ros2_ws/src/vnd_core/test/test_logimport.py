@@ -1,0 +1,373 @@
+"""``vnd import`` on CSV logs of a simulated flight with known truth, the data checks, the frame
+conversions and ``vnd learn`` on an imported bag.
+
+The flight: the shipped base policy hovers in wind on the true plant. The log holds the true
+state every 10 ms, 4 ms off the control grid (so every imported tick is interpolated), and on
+each row the command in effect at that instant (the policy's, issued every 20 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+from vnd_core.bundle import load_bundle, shipped_bundle_path
+from vnd_core.commands import learn
+from vnd_core.evaluation.replay_bag import (
+    ReadReport,
+    ReplayBagWarning,
+    read_transitions,
+    write_transitions,
+)
+from vnd_core.learner.records import MODE_POLICY, TickRecords
+from vnd_core.logimport.checks import CheckConfig, check_odometry
+from vnd_core.logimport.csvlog import (
+    SCHEMA,
+    CsvLogError,
+    CsvMapping,
+    read_csv_log,
+    write_csv_log,
+)
+from vnd_core.logimport.frames import (
+    frd_to_flu,
+    ned_to_enu,
+    quat_ned_frd_to_enu_flu,
+    state_to_enu_flu,
+)
+from vnd_core.logimport.streams import FlightStreams
+from vnd_core.logimport.writer import read_import_report, resample
+from vnd_core.plant import TruePlant, rotate_np, rotmat_np
+from vnd_core.policy import PolicyRunner
+from vnd_core.scenario import Phase, Scenario, WindEvent
+from vnd_core.state import OMEGA, POS, QUAT, VEL
+from vnd_core.vehicle import load_vehicle
+from vnd_ros.cli import main as vnd_main
+
+VEHICLE = load_vehicle("agile")
+T0_NS = 1_700_000_000_000_000_000  # first stamp of the flight (a multiple of 20 ms)
+TICK_NS = 20_000_000  # control period
+LOG_OFFSET_NS = 4_000_000  # log rows are 4 ms off the control grid
+LOG_STEP_NS = 10_000_000  # 100 Hz log
+WINDY = Scenario(
+    name="windy",
+    duration_s=8.0,
+    phases=(Phase("calm", 0.0), Phase("wind", 1.0)),
+    events=(WindEvent(type="wind", at_s=1.0, kind="constant", velocity_mps=(3.0, 0.0, 0.0)),),
+)
+# Tolerances of an imported tick against the truth at its stamp: linear interpolation over
+# 10 ms of a hovering vehicle.
+POSITION_TOL_M = 1e-3
+VELOCITY_TOL_MPS = 0.02
+ATTITUDE_TOL_RAD = 3e-3
+RATE_TOL_RADPS = 0.1
+
+
+@dataclass
+class Flight:
+    """Truth every 2 ms (physics step) and the log rows every 10 ms."""
+
+    truth_ns: np.ndarray  # (T,) stamps of the truth
+    truth: np.ndarray  # (T, 13) true states
+    command_ns: np.ndarray  # (K,) when each policy command was issued
+    command: np.ndarray  # (K, 4) the commands
+    log_ns: np.ndarray  # (L,) log row stamps
+    log_state: np.ndarray  # (L, 13) true state of each row
+    log_command: np.ndarray  # (L, 4) command in effect at each row
+
+    def truth_at(self, stamp_ns: np.ndarray) -> np.ndarray:
+        """True states (N, 13) at stamps on the 2 ms physics grid."""
+        index = np.searchsorted(self.truth_ns, stamp_ns)
+        assert np.array_equal(self.truth_ns[index], stamp_ns)
+        return self.truth[index]
+
+    def command_for_tick(self, stamp_ns: np.ndarray) -> np.ndarray:
+        """The policy's command issued at each control tick stamp (N, 4)."""
+        index = np.searchsorted(self.command_ns, stamp_ns)
+        assert np.array_equal(self.command_ns[index], stamp_ns)
+        return self.command[index]
+
+
+@pytest.fixture(scope="module")
+def flight() -> Flight:
+    runner = PolicyRunner(load_bundle(shipped_bundle_path()).policy, WINDY.reference)
+    plant = TruePlant(VEHICLE, WINDY, batch_size=1, seed=3)
+    plant.reset(WINDY.start_state(1))
+    truth_ns, truth, command_ns, command = [T0_NS], [plant.state[0].double().numpy()], [], []
+    for _ in range(400):
+        t_s = plant.time_s
+        action = runner.act(plant.measure()[0].double().numpy(), t_s)
+        plant.set_command(torch.from_numpy(action).float())
+        command_ns.append(T0_NS + round(t_s * 1e9))
+        command.append(action)
+        for _ in range(10):
+            plant.advance(0.002)
+            truth_ns.append(T0_NS + round(plant.time_s * 1e9))
+            truth.append(plant.state[0].double().numpy())
+    truth_ns, truth = np.array(truth_ns), np.stack(truth)
+    command_ns, command = np.array(command_ns), np.stack(command)
+    log_ns = np.arange(T0_NS + LOG_OFFSET_NS, truth_ns[-1], LOG_STEP_NS)
+    log_state = truth[np.searchsorted(truth_ns, log_ns)]
+    log_command = command[np.searchsorted(command_ns, log_ns, side="right") - 1]
+    return Flight(truth_ns, truth, command_ns, command, log_ns, log_state, log_command)
+
+
+def _to_ned_frd(state: np.ndarray, command: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ENU/FLU -> NED/FRD (each conversion is its own inverse: the axis swaps and half turns)."""
+    ned = state_to_enu_flu(state, "ned_frd")
+    frd = command.copy()
+    frd[:, 1:] = frd_to_flu(command[:, 1:])
+    return ned, frd
+
+
+def _attitude_error_rad(q_a: np.ndarray, q_b: np.ndarray) -> np.ndarray:
+    dot = np.clip(np.abs((q_a * q_b).sum(axis=1)), 0.0, 1.0)
+    return 2.0 * np.arccos(dot)
+
+
+def _assert_matches_truth(records: TickRecords, flight: Flight, slack: float = 1.0) -> None:
+    """States within the tolerances (times ``slack``), commands exactly the policy's."""
+    truth = flight.truth_at(records.stamp_ns)
+    assert np.abs(records.state[:, POS] - truth[:, POS]).max() < slack * POSITION_TOL_M
+    assert np.abs(records.state[:, VEL] - truth[:, VEL]).max() < slack * VELOCITY_TOL_MPS
+    attitude_rad = _attitude_error_rad(records.state[:, QUAT], truth[:, QUAT])
+    assert attitude_rad.max() < slack * ATTITUDE_TOL_RAD
+    assert np.abs(records.state[:, OMEGA] - truth[:, OMEGA]).max() < slack * RATE_TOL_RADPS
+    # the command of each tick is the one the policy issued at that tick, exactly
+    assert np.array_equal(records.action, flight.command_for_tick(records.stamp_ns))
+
+
+def test_csv_import_matches_the_truth(flight, tmp_path, capsys):
+    log = write_csv_log(tmp_path / "hover.csv", flight.log_ns, flight.log_state, flight.log_command)
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    records = read_transitions(out)  # the learner's reader, on the output directory
+    assert np.all(np.diff(records.stamp_ns) == TICK_NS) and np.all(records.mode == MODE_POLICY)
+    assert records.stamp_ns[0] % TICK_NS == 0
+    # ticks from the first grid point with a log row before it to the last one within the log
+    assert len(records) == 399
+    _assert_matches_truth(records, flight)
+    custom = read_import_report(out / "hover")
+    assert custom["source"] == str(log)
+    report = json.loads((out / "hover.import.json").read_text())
+    assert report == json.loads(custom["vnd_import"])
+    assert report["ticks"] == 399 and report["odometry"]["counts"] == {}
+    # the plant's 30 ms command latency and its motors' lag
+    assert 0.03 <= report["command_delay_s"] <= 0.08
+    assert "399 ticks (8.0 s) in 1 segments" in printed and "ticks/s" in printed
+
+
+def test_ned_frd_csv_with_mapping_matches_the_truth(flight, tmp_path):
+    """Renamed columns, time in milliseconds, normalised thrust and NED/FRD frames."""
+    state, command = _to_ned_frd(flight.log_state, flight.log_command)
+    command[:, 0] /= VEHICLE.thrust_max_n
+    names = {name: f"col_{i}" for i, name in enumerate(SCHEMA)}
+    # time in milliseconds since the first tick (written as seconds, read with scale 1e-3)
+    since_start_ns = (flight.log_ns - T0_NS) * 1000
+    log = write_csv_log(
+        tmp_path / "px4.csv", since_start_ns, state, command, CsvMapping(columns=names)
+    )
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text(
+        "frame: ned_frd\nthrust: normalised\nscale: {t_s: 1.0e-3}\ncolumns:\n"
+        + "".join(f"  {k}: {v}\n" for k, v in names.items())
+    )
+    out = tmp_path / "bags"
+    argv = ["import", str(log), "--vehicle", "agile", "--out", str(out), "--mapping", str(mapping)]
+    assert vnd_main(argv) == 0
+    records = read_transitions(out / "px4")
+    records.stamp_ns += T0_NS
+    truth = flight.truth_at(records.stamp_ns)
+    assert len(records) == 399
+    assert np.abs(records.state[:, POS] - truth[:, POS]).max() < POSITION_TOL_M
+    assert np.abs(records.state[:, VEL] - truth[:, VEL]).max() < VELOCITY_TOL_MPS
+    assert _attitude_error_rad(records.state[:, QUAT], truth[:, QUAT]).max() < ATTITUDE_TOL_RAD
+    assert np.abs(records.state[:, OMEGA] - truth[:, OMEGA]).max() < RATE_TOL_RADPS
+    # thrust went through the normalisation and back: equal up to rounding
+    expected = flight.command_for_tick(records.stamp_ns)
+    assert np.allclose(records.action, expected, rtol=1e-12, atol=1e-12)
+    # read as if it were ENU, the same file is far from the truth (the conversion is needed)
+    mapping.write_text(mapping.read_text().replace("frame: ned_frd", "frame: enu_flu"))
+    assert vnd_main([*argv[:5], str(tmp_path / "wrong"), *argv[6:]]) == 0
+    wrong = read_transitions(tmp_path / "wrong" / "px4")
+    wrong.stamp_ns += T0_NS
+    assert np.abs(wrong.state[:, POS] - truth[:, POS]).max() > 0.5
+
+
+def test_frame_conversion_rotates_every_vector_consistently():
+    """For random attitudes and body vectors: rotating the converted body vector by the
+    converted attitude gives the converted world vector."""
+    rng = np.random.default_rng(0)
+    q_ned_frd = rng.normal(size=(500, 4))
+    q_ned_frd /= np.linalg.norm(q_ned_frd, axis=1, keepdims=True)
+    v_frd = rng.normal(size=(500, 3))
+    world_ned = rotate_np(rotmat_np(q_ned_frd), v_frd)
+    q_enu_flu = quat_ned_frd_to_enu_flu(q_ned_frd)
+    assert np.allclose(np.linalg.norm(q_enu_flu, axis=1), 1.0)
+    world_enu = rotate_np(rotmat_np(q_enu_flu), frd_to_flu(v_frd))
+    assert np.allclose(world_enu, ned_to_enu(world_ned), atol=1e-12)
+    # a level NED vehicle facing north faces north in ENU too: body x along world y
+    level_north = quat_ned_frd_to_enu_flu(np.array([[1.0, 0.0, 0.0, 0.0]]))
+    assert np.allclose(rotate_np(rotmat_np(level_north), np.array([[1.0, 0.0, 0.0]])), [0, 1, 0])
+    assert np.allclose(rotate_np(rotmat_np(level_north), np.array([[0.0, 0.0, 1.0]])), [0, 0, 1])
+
+
+def _streams_with_faults(flight: Flight) -> FlightStreams:
+    """The log with known faults put in (indices into the 100 Hz rows)."""
+    stamps, state = flight.log_ns.copy(), flight.log_state.copy()
+    state[100, VEL.start] = np.nan  # one NaN row
+    state[150, QUAT] *= 1.02  # non-unit quaternion: renormalised and kept
+    state[160, QUAT] *= 1.5  # far from unit: dropped
+    stamps[200] = stamps[199]  # duplicate stamp
+    swapped = [251, 250]  # two rows in the wrong order: the second is out of order
+    stamps[[250, 251]], state[[250, 251]] = stamps[swapped], state[swapped]
+    state[400, VEL] += 5.0  # a 5 m/s velocity step in 10 ms: 500 m/s^2
+    keep = np.ones(len(stamps), bool)
+    keep[600:630] = False  # 300 ms without odometry: a gap
+    return FlightStreams(
+        source="faults.csv",
+        state_stamp_ns=stamps[keep],
+        state=state[keep],
+        command_stamp_ns=flight.log_ns.copy(),
+        command=flight.log_command.copy(),
+    )
+
+
+def test_every_data_check_is_counted(flight):
+    records, report = resample(_streams_with_faults(flight), VEHICLE)
+    assert report.odometry.counts == {
+        "non_finite": 1,
+        "bad_quaternion": 1,
+        "duplicate_stamp": 1,
+        "out_of_order": 1,
+        "non_unit_quaternion": 1,
+        "gap": 1,
+        # into and out of the jumped sample: it is a one-sample segment, dropped
+        "implausible_acceleration": 2,
+    }
+    assert report.odometry.samples == len(flight.log_ns) - 30
+    assert report.odometry.kept == report.odometry.samples - 4
+    # three segments: before the jump, from it to the gap, after the gap
+    assert len(report.segments) == 3 and sum(n for _, n in report.segments) == len(records)
+    assert report.resampling.samples - report.resampling.kept == sum(
+        report.resampling.counts.values()
+    ), "every tick of the grid is written or counted"
+    # no learned transition crosses a split: the segments are more than 1.5 periods apart
+    steps = np.diff(records.stamp_ns)
+    assert np.sum(steps > 1.5 * TICK_NS) == 2 and np.all(steps >= TICK_NS)
+    text = report.describe()
+    for name in report.odometry.counts:
+        assert name in text
+    # what is kept is still right; where a sample was dropped the interpolation spans 20 ms
+    # instead of 10 ms (four times the error of a quadratic motion)
+    _assert_matches_truth(records, flight, slack=4.0)
+
+
+def test_check_rules_on_stamps():
+    stamps = np.array([0, 10, 10, 5, 20, 30, 100], dtype=np.int64) * 1_000_000
+    state = np.zeros((7, 13))
+    state[:, 3] = 1.0
+    kept_ns, _, breaks, check = check_odometry(stamps, state, 50.0, CheckConfig(gap_factor=3.0))
+    # the first of a stamp is kept; an earlier stamp is dropped; 70 ms after 10 ms steps is a gap
+    assert kept_ns.tolist() == [0, 10_000_000, 20_000_000, 30_000_000, 100_000_000]
+    assert check.counts == {"duplicate_stamp": 1, "out_of_order": 1, "gap": 1}
+    assert breaks.tolist() == [False, False, False, True]
+
+
+def test_csv_errors_name_the_file_and_line(flight, tmp_path):
+    log = write_csv_log(tmp_path / "cut.csv", flight.log_ns, flight.log_state, flight.log_command)
+    text = log.read_text()
+    log.write_text(text[: len(text) // 2])  # truncated mid-row
+    with pytest.raises(CsvLogError, match=r"cut.csv:\d+: \d+ fields, the header has 18"):
+        read_csv_log(log, VEHICLE)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(text.replace("qw", "q_w", 1))
+    with pytest.raises(CsvLogError, match=r"bad.csv: missing columns \['qw'\]"):
+        read_csv_log(bad, VEHICLE)
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(bad), "--vehicle", "agile", "--out", str(out)]) == 1
+
+
+def test_csv_without_rate_commands_says_what_stands_in(flight, tmp_path, capsys):
+    columns = [n for n in SCHEMA if not n.startswith("rate_")]
+    log = tmp_path / "norates.csv"
+    rows = [",".join(columns)]
+    for t, s, c in zip(flight.log_ns, flight.log_state, flight.log_command, strict=True):
+        rows.append(",".join(map(repr, [int(t) / 1e9, *s.tolist(), float(c[0])])))
+    log.write_text("\n".join(rows) + "\n")
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(tmp_path / "o")]) == 0
+    printed = capsys.readouterr().out
+    assert "substituted: commanded body rates: the measured body rates" in printed
+    assert "command delay: not estimated" in printed
+
+
+def test_duplicate_stamps_across_bags_keep_the_bag_listed_first(flight, tmp_path):
+    n = 60
+    stamps = T0_NS + TICK_NS * np.arange(n, dtype=np.int64)
+
+    def bag(name: str, height_m: float):
+        state = np.zeros((n, 13))
+        state[:, 2], state[:, 3] = height_m, 1.0
+        records = TickRecords(
+            stamp_ns=stamps,
+            state=state,
+            action=np.zeros((n, 4)),
+            mode=np.full(n, MODE_POLICY, np.uint8),
+            policy_version=np.zeros(n, np.uint32),
+            encoder_version=np.zeros(n, np.uint32),
+        )
+        return write_transitions(tmp_path / name, records)
+
+    a, b = bag("a", 1.0), bag("b", 2.0)
+    report = ReadReport()
+    assert np.all(read_transitions([a, b], report=report).state[:, 2] == 1.0)
+    assert report.messages == 2 * n and report.duplicate_stamps == n
+    assert "bag listed first" in report.describe()
+    with pytest.warns(ReplayBagWarning, match=f"{n} transitions share a stamp"):
+        assert np.all(read_transitions([b, a]).state[:, 2] == 2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        read_transitions(a)  # no duplicates: no warning
+
+
+def test_learn_runs_on_an_imported_bag(flight, tmp_path, capsys):
+    log = write_csv_log(tmp_path / "hover.csv", flight.log_ns, flight.log_state, flight.log_command)
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    parser = argparse.ArgumentParser()
+    learn.add_arguments(parser)
+    bundle = tmp_path / "learned.safetensors"
+    argv = ["--bag", str(out), "--init", str(shipped_bundle_path()), "--out", str(bundle)]
+    argv += ["--preset", "quick", "--vehicle", "agile", "--fit-steps", "30"]
+    argv += ["--train-iterations", "2", "--summary", str(tmp_path / "s.json")]
+    code = learn.run(parser.parse_args(argv))
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["ticks_read"] == 399 and summary["ticks_stored"] == 399
+    assert summary["metrics"]["fit"]["steps"] == 30
+    if code == 0:
+        assert load_bundle(bundle).version == 2
+    else:  # a rejected candidate is reported and not written
+        assert code == learn.EXIT_REJECTED and not bundle.exists()
+        assert "rejected" in capsys.readouterr().out
+
+
+def test_command_delay_follows_the_log(flight):
+    """Commands logged 40 ms late (stamped 40 ms after they were issued) look 40 ms faster."""
+
+    def delay_s(command_shift_ns: int) -> float:
+        streams = FlightStreams(
+            source="shifted.csv",
+            state_stamp_ns=flight.log_ns,
+            state=flight.log_state,
+            command_stamp_ns=flight.log_ns + command_shift_ns,
+            command=flight.log_command,
+        )
+        return resample(streams, VEHICLE)[1].command_delay_s
+
+    on_time = delay_s(0)
+    assert delay_s(40_000_000) == pytest.approx(on_time - 0.04)
