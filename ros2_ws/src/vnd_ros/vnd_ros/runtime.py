@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -58,14 +60,17 @@ if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
 
     from vnd_ros.rclpy_node import Node
 
-    def node_executor() -> Any:
-        """The executor a node process spins on (module docstring: VND_RCLPY_EXECUTOR)."""
+    def _executor_choice() -> str:
         choice = os.environ.get("VND_RCLPY_EXECUTOR", "events").strip().lower()
         if choice not in RCLPY_EXECUTORS:
             raise ValueError(
                 f"VND_RCLPY_EXECUTOR={choice!r}: expected one of {', '.join(RCLPY_EXECUTORS)}"
             )
-        if choice == "events":
+        return choice
+
+    def node_executor() -> Any:
+        """The executor a node process spins on (module docstring: VND_RCLPY_EXECUTOR)."""
+        if _executor_choice() == "events":
             try:
                 from rclpy.experimental import EventsExecutor
             except ImportError:  # an rclpy older than the EventsExecutor
@@ -76,24 +81,38 @@ if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
     def _spin_node(node: Any) -> None:
         # spin_once in a Python loop, not executor.spin(): the EventsExecutor's spin() stays
         # in C++ and never lets the SIGINT/SIGTERM handlers end it; spin_once returns to
-        # Python, where the context shutdown they cause raises ExternalShutdownException.
+        # Python, where the context shutdown they cause ends the loop. SIGINT only shuts the
+        # context down here: rclpy's own handler also raises KeyboardInterrupt, which, landing
+        # inside the executor's C++ dispatch of a callback, comes out as a RuntimeError
+        # ("Unable to convert call argument") instead of a clean stop.
         executor = node_executor()
         executor.add_node(node)
+        context = executor.context
+        main = threading.current_thread() is threading.main_thread()  # signals: main only
+        previous = (
+            signal.signal(signal.SIGINT, lambda _signum, _frame: context.try_shutdown())
+            if main
+            else None
+        )
         try:
-            while executor.context.ok():
+            while context.ok():
                 executor.spin_once(timeout_sec=SPIN_WAKE_S)
         finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
             executor.remove_node(node)
             executor.shutdown()
 
     def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
         """rclpy.init, remembering ``args`` for :func:`ros_arguments`; exits with one line
-        saying how to build vnd_msgs when rclpy cannot import it."""
+        saying how to build vnd_msgs when rclpy cannot import it, or naming a bad
+        VND_RCLPY_EXECUTOR."""
         from vnd_ros.messages import UnknownMessageTypeError, rosidl_message
 
         try:
             rosidl_message("vnd_msgs/msg/NodeStatus")
-        except UnknownMessageTypeError as error:
+            _executor_choice()
+        except (UnknownMessageTypeError, ValueError) as error:
             raise SystemExit(f"[FATAL] cannot start: {error}") from None
         _recorded_args[:] = list(sys.argv if args is None else args)
         rclpy.init(args=args, **kwargs)
