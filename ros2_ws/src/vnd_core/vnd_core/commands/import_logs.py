@@ -3,7 +3,9 @@
 Each SOURCE becomes one bag folder ``<out>/<file stem>/`` of ``vnd_msgs/msg/Transition``
 messages (ticks on the control period, segments split at gaps), its import report printed and
 written beside it as ``<out>/<file stem>.import.json``. Formats: CSV (``.csv``, the schema of
-:mod:`vnd_core.logimport.csvlog`, ``--mapping`` for other layouts).
+:mod:`vnd_core.logimport.csvlog`, ``--mapping`` for other layouts) and rosbag2 (a bag folder,
+MCAP or sqlite3, :mod:`vnd_core.logimport.rosbag2log`, ``--odom`` / ``--command`` to choose
+topics).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ import time
 from pathlib import Path
 
 from vnd_core.logimport.csvlog import CsvLogError, load_mapping, read_csv_log
+from vnd_core.logimport.rosbag2log import VELOCITY_FRAMES, Rosbag2LogError, read_rosbag2_log
+from vnd_core.logimport.streams import FlightStreams
 from vnd_core.logimport.writer import ImportConfig, LogImportError, resample, write_replay_bag
-from vnd_core.vehicle import load_vehicle
+from vnd_core.vehicle import VehicleParams, load_vehicle
 
 EXIT_SOME_FAILED = 1  # at least one source could not be imported (the others were)
 
@@ -25,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vehicle", required=True, help="vehicle name or vehicle YAML file")
     parser.add_argument("--out", required=True, type=Path, help="directory for the bags")
     parser.add_argument("--mapping", type=Path, default=None, help="CSV column mapping (YAML)")
+    parser.add_argument("--odom", default=None, help="rosbag2: odometry or pose topic")
+    parser.add_argument("--command", default=None, help="rosbag2: command topic")
+    parser.add_argument(
+        "--odom-velocity-frame",
+        choices=VELOCITY_FRAMES,
+        default="world",
+        help="rosbag2 Odometry: frame of twist.linear (the stack's: world; nav_msgs': body)",
+    )
     parser.add_argument(
         "--min-segment-s", type=float, default=1.0, help="shortest segment kept [s]"
     )
@@ -45,12 +57,11 @@ def run(args: argparse.Namespace) -> int:
     for source in args.sources:
         started = time.perf_counter()
         try:
-            if source.suffix.lower() != ".csv":
-                raise LogImportError(f"{source}: unknown log format (this version reads .csv)")
-            streams = read_csv_log(source, vehicle, mapping)
+            streams = read_log(source, vehicle, args, mapping)
             records, report = resample(streams, vehicle, config)
-            write_replay_bag(args.out / source.stem, records, report)
-        except (CsvLogError, LogImportError) as err:
+            name = source.parent.name if source.suffix in (".mcap", ".db3") else source.stem
+            write_replay_bag(args.out / name, records, report)
+        except (CsvLogError, Rosbag2LogError, LogImportError) as err:
             print(f"vnd import: {err}")
             failed += 1
             continue
@@ -58,3 +69,18 @@ def run(args: argparse.Namespace) -> int:
         print(report.describe())
         print(f"  import speed: {report.ticks / max(elapsed_s, 1e-9):.0f} ticks/s")
     return EXIT_SOME_FAILED if failed else 0
+
+
+def read_log(
+    source: Path, vehicle: VehicleParams, args: argparse.Namespace, mapping
+) -> FlightStreams:
+    """The streams of ``source``, its format told by its name: a .csv file, or a rosbag2 bag
+    (its folder, or a .mcap / .db3 file in it)."""
+    if source.suffix.lower() == ".csv":
+        return read_csv_log(source, vehicle, mapping)
+    bag = source.parent if source.suffix in (".mcap", ".db3") else source
+    if (bag / "metadata.yaml").is_file():
+        return read_rosbag2_log(bag, vehicle, args.odom, args.command, args.odom_velocity_frame)
+    raise LogImportError(
+        f"{source}: unknown log format (a .csv file or a rosbag2 bag folder with metadata.yaml)"
+    )
