@@ -475,35 +475,41 @@ def _write_rosbag2(
     return path
 
 
-def test_mcap_odometry_and_ctbr_commands_match_the_truth(flight, tmp_path):
-    bag = _write_rosbag2(
-        tmp_path / "flight",
-        flight,
-        StoragePlugin.MCAP,
-        "nav_msgs/msg/Odometry",
-        "vnd_msgs/msg/CtbrCommand",
-    )
+ODOMETRY, POSE = "nav_msgs/msg/Odometry", "geometry_msgs/msg/PoseStamped"
+CTBR, PX4_RATES = "vnd_msgs/msg/CtbrCommand", "px4_msgs/msg/VehicleRatesSetpoint"
+MAVROS = "mavros_msgs/msg/AttitudeTarget"
+
+
+def _import_bag(
+    tmp_path: Path, name: str, *write_args, options: tuple[str, ...] = (), **write_kwargs
+) -> TickRecords:
+    """Write the flight as bag ``name`` (see :func:`_write_rosbag2`), ``vnd import`` it into
+    ``tmp_path/bags`` and read the ticks back."""
+    bag = _write_rosbag2(tmp_path / name, *write_args, **write_kwargs)
     out = tmp_path / "bags"
-    assert vnd_main(["import", str(bag), "--vehicle", "agile", "--out", str(out)]) == 0
-    records = read_transitions(out / "flight")
+    assert vnd_main(["import", str(bag), "--vehicle", "agile", "--out", str(out), *options]) == 0
+    return read_transitions(out / name)
+
+
+def test_mcap_odometry_and_ctbr_commands_match_the_truth(flight, tmp_path):
+    records = _import_bag(tmp_path, "flight", flight, StoragePlugin.MCAP, ODOMETRY, CTBR)
     assert len(records) == 399
     _assert_matches_truth(records, flight)
-    assert "/odom nav_msgs/msg/Odometry" in read_import_report(out / "flight")["source"]
+    source = read_import_report(tmp_path / "bags" / "flight")["source"]
+    assert "/odom nav_msgs/msg/Odometry" in source
 
 
 def test_sqlite3_px4_rates_setpoint_with_body_frame_velocity(flight, tmp_path):
-    bag = _write_rosbag2(
-        tmp_path / "px4",
+    records = _import_bag(
+        tmp_path,
+        "px4",
         flight,
         StoragePlugin.SQLITE3,
-        "nav_msgs/msg/Odometry",
-        "px4_msgs/msg/VehicleRatesSetpoint",
+        ODOMETRY,
+        PX4_RATES,
+        options=("--odom-velocity-frame", "body"),
         odom_velocity_in_body=True,
     )
-    out = tmp_path / "bags"
-    argv = ["import", str(bag), "--vehicle", "agile", "--out", str(out)]
-    assert vnd_main([*argv, "--odom-velocity-frame", "body"]) == 0
-    records = read_transitions(out / "px4")
     truth = flight.truth_at(records.stamp_ns)
     assert np.abs(records.state[:, VEL] - truth[:, VEL]).max() < VELOCITY_TOL_MPS
     # px4_msgs carry float32 rates and normalised thrust
@@ -512,17 +518,8 @@ def test_sqlite3_px4_rates_setpoint_with_body_frame_velocity(flight, tmp_path):
 
 
 def test_mocap_poses_with_mavros_commands_go_through_the_pose_filter(flight, tmp_path, capsys):
-    bag = _write_rosbag2(
-        tmp_path / "mocap",
-        flight,
-        StoragePlugin.MCAP,
-        "geometry_msgs/msg/PoseStamped",
-        "mavros_msgs/msg/AttitudeTarget",
-    )
-    out = tmp_path / "bags"
-    assert vnd_main(["import", str(bag), "--vehicle", "agile", "--out", str(out)]) == 0
+    records = _import_bag(tmp_path, "mocap", flight, StoragePlugin.MCAP, POSE, MAVROS)
     assert "estimated from the poses by the pose filter" in capsys.readouterr().out
-    records = read_transitions(out / "mocap")
     truth = flight.truth_at(records.stamp_ns)
     error = np.abs(records.state - truth)
     # positions as logged; velocity and rates are the filter's estimates, which lag the
@@ -534,13 +531,7 @@ def test_mocap_poses_with_mavros_commands_go_through_the_pose_filter(flight, tmp
 
 
 def test_rosbag2_topic_choice_errors_name_the_bag(flight, tmp_path):
-    bag = _write_rosbag2(
-        tmp_path / "flight",
-        flight,
-        StoragePlugin.MCAP,
-        "nav_msgs/msg/Odometry",
-        "vnd_msgs/msg/CtbrCommand",
-    )
+    bag = _write_rosbag2(tmp_path / "flight", flight, StoragePlugin.MCAP, ODOMETRY, CTBR)
     with pytest.raises(Rosbag2LogError, match=r"flight: no topic /nope; found"):
         read_rosbag2_log(bag, VEHICLE, odom_topic="/nope")
     with pytest.raises(Rosbag2LogError, match=r"/cmd is vnd_msgs/msg/CtbrCommand, not a odom"):

@@ -34,12 +34,12 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 
 from vnd_core.evaluation.replay_bag import transition_msg_path
+from vnd_core.flight.msgfields import odometry_state, stamp_ns
 from vnd_core.flight.pose_filter import PoseFilter
 from vnd_core.logimport.frames import frd_to_flu
 from vnd_core.logimport.streams import FlightStreams
 from vnd_core.plant import rotate_np, rotmat_np
 from vnd_core.state import STATE_DIM
-from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
 ODOMETRY_TYPES = ("nav_msgs/msg/Odometry", "geometry_msgs/msg/PoseStamped")
@@ -104,10 +104,6 @@ def _pick(connections, types: tuple[str, ...], wanted: str | None, what: str, ba
     raise Rosbag2LogError(f"{bag}: no {what} topic ({', '.join(types)}); found {found}")
 
 
-def _header_ns(msg) -> int:
-    return int(msg.header.stamp.sec) * NS_PER_S + int(msg.header.stamp.nanosec)
-
-
 def _command(msg, msgtype: str, vehicle: VehicleParams) -> np.ndarray:
     """(thrust [N], rates FLU (3)) of one command message."""
     if msgtype == "vnd_msgs/msg/CtbrCommand":
@@ -144,9 +140,11 @@ def read_rosbag2_log(
             for connection, log_ns, raw in reader.messages(connections=[*odom, *command]):
                 msg = reader.deserialize(raw, connection.msgtype)
                 if connection.msgtype == odom_type and connection in odom:
-                    odom_rows.append((_header_ns(msg), log_ns, msg))
+                    odom_rows.append((stamp_ns(msg.header.stamp), log_ns, msg))
                 else:
-                    header = 0 if command_type.startswith("px4_msgs") else _header_ns(msg)
+                    header = (
+                        0 if command_type.startswith("px4_msgs") else stamp_ns(msg.header.stamp)
+                    )
                     command_rows.append((header, log_ns, _command(msg, command_type, vehicle)))
     except Rosbag2LogError:
         raise
@@ -162,7 +160,7 @@ def read_rosbag2_log(
         substitutions.append("stamps: the bag's receive times (px4_msgs commands carry no header)")
     if odom_type == "nav_msgs/msg/Odometry":
         stamps = np.array([row[pick] for row in odom_rows], dtype=np.int64)
-        state = np.array([_odometry_state(row[2]) for row in odom_rows]).reshape(-1, STATE_DIM)
+        state = np.array([odometry_state(row[2]) for row in odom_rows]).reshape(-1, STATE_DIM)
         if velocity_frame == "body":
             state[:, 7:10] = rotate_np(rotmat_np(_unit(state[:, 3:7])), state[:, 7:10])
     else:
@@ -183,12 +181,6 @@ def read_rosbag2_log(
 def _unit(q: np.ndarray) -> np.ndarray:
     norm = np.linalg.norm(q, axis=1, keepdims=True)
     return q / np.where(norm > 0, norm, 1.0)
-
-
-def _odometry_state(odom) -> np.ndarray:
-    p, q = odom.pose.pose.position, odom.pose.pose.orientation
-    v, w = odom.twist.twist.linear, odom.twist.twist.angular
-    return np.array([p.x, p.y, p.z, q.w, q.x, q.y, q.z, v.x, v.y, v.z, w.x, w.y, w.z], float)
 
 
 def _filter_poses(
