@@ -1,6 +1,6 @@
 """Bag replay (CI): a recorded sim flight's odometry and commands, played into freshly started
-encoder and policy processes on either backend (dds, rclpy), must reproduce the recorded
-latents and commands.
+encoder and policy processes over the dds backend, must reproduce the recorded latents and
+commands.
 
 Fixture: ``data/replay_fixture/`` (MCAP: odom, vnd/command, vnd/latent, vnd/replay of a short
 figure-eight flight, calm then wind) and the bundle it flew, ``data/replay_bundle.safetensors``;
@@ -123,11 +123,10 @@ def recorded() -> dict:
     return out
 
 
-@pytest.fixture
-def nodes(tmp_path_factory, middleware) -> Iterator[tuple[str, str]]:
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory) -> Iterator[tuple[str, str]]:
     """Fresh encoder (namespace E) and policy (namespace P, flying the recording's scenario
-    reference, as the launch file sets it) processes on ``middleware`` (the test's own
-    publishers and readers stay on dds, so an rclpy run crosses vendors)."""
+    reference, as the launch file sets it) processes."""
     enc_ns, pol_ns = f"/rpe{os.getpid()}", f"/rpp{os.getpid()}"
     scenario = tmp_path_factory.mktemp("scenario") / "replay_fixture.yaml"
     scenario.write_text(json.loads((DATA / "replay_fixture.json").read_text())["scenario"])
