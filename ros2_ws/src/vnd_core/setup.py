@@ -22,6 +22,7 @@ setup(
         "rich>=13",
         "rosbags>=0.10",
         "mcap>=1.1",
+        "pyulog>=1.0",
     ],
     package_data={PACKAGE_NAME: ["data/*.safetensors"]},
     zip_safe=False,

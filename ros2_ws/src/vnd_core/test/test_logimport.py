@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import struct
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from vnd_core.logimport.frames import (
 )
 from vnd_core.logimport.rosbag2log import Rosbag2LogError, log_typestore, read_rosbag2_log
 from vnd_core.logimport.streams import FlightStreams
+from vnd_core.logimport.ulog import UlogError, read_ulog
 from vnd_core.logimport.writer import read_import_report, resample
 from vnd_core.plant import TruePlant, rotate_np, rotmat_np
 from vnd_core.policy import PolicyRunner
@@ -134,14 +136,19 @@ def _attitude_error_rad(q_a: np.ndarray, q_b: np.ndarray) -> np.ndarray:
 
 def _assert_matches_truth(records: TickRecords, flight: Flight, slack: float = 1.0) -> None:
     """States within the tolerances (times ``slack``), commands exactly the policy's."""
+    _assert_states_match(records, flight, slack)
+    # the command of each tick is the one the policy issued at that tick, exactly
+    assert np.array_equal(records.action, flight.command_for_tick(records.stamp_ns))
+
+
+def _assert_states_match(records: TickRecords, flight: Flight, slack: float = 1.0) -> None:
+    """States within the tolerances (times ``slack``) of the truth at their stamps."""
     truth = flight.truth_at(records.stamp_ns)
     assert np.abs(records.state[:, POS] - truth[:, POS]).max() < slack * POSITION_TOL_M
     assert np.abs(records.state[:, VEL] - truth[:, VEL]).max() < slack * VELOCITY_TOL_MPS
     attitude_rad = _attitude_error_rad(records.state[:, QUAT], truth[:, QUAT])
     assert attitude_rad.max() < slack * ATTITUDE_TOL_RAD
     assert np.abs(records.state[:, OMEGA] - truth[:, OMEGA]).max() < slack * RATE_TOL_RADPS
-    # the command of each tick is the one the policy issued at that tick, exactly
-    assert np.array_equal(records.action, flight.command_for_tick(records.stamp_ns))
 
 
 def test_csv_import_matches_the_truth(flight, tmp_path, capsys):
@@ -187,10 +194,7 @@ def test_ned_frd_csv_with_mapping_matches_the_truth(flight, tmp_path):
     records.stamp_ns += T0_NS
     truth = flight.truth_at(records.stamp_ns)
     assert len(records) == 399
-    assert np.abs(records.state[:, POS] - truth[:, POS]).max() < POSITION_TOL_M
-    assert np.abs(records.state[:, VEL] - truth[:, VEL]).max() < VELOCITY_TOL_MPS
-    assert _attitude_error_rad(records.state[:, QUAT], truth[:, QUAT]).max() < ATTITUDE_TOL_RAD
-    assert np.abs(records.state[:, OMEGA] - truth[:, OMEGA]).max() < RATE_TOL_RADPS
+    _assert_states_match(records, flight)
     # thrust went through the normalisation and back: equal up to rounding
     expected = flight.command_for_tick(records.stamp_ns)
     assert np.allclose(records.action, expected, rtol=1e-12, atol=1e-12)
@@ -536,3 +540,110 @@ def test_rosbag2_topic_choice_errors_name_the_bag(flight, tmp_path):
         read_rosbag2_log(bag, VEHICLE, odom_topic="/nope")
     with pytest.raises(Rosbag2LogError, match=r"/cmd is vnd_msgs/msg/CtbrCommand, not a odom"):
         read_rosbag2_log(bag, VEHICLE, odom_topic="/cmd")
+
+
+# ---------------------------------------------------------------- PX4 ULog logs
+
+_ULOG_MAGIC = b"ULog\x01\x12\x35"
+_ULOG_TYPES = {"uint64_t": "Q", "float": "f"}
+
+
+def write_ulog(path: Path, topics: dict[str, tuple[list[str], np.ndarray]]) -> Path:
+    """A minimal ULog file (format version 1): header, flag bits, one format and one add-logged
+    message per topic, then its data messages in time order.
+
+    ``topics`` maps a topic name to (fields as "type name" / "type[n] name", rows (N, k)) where
+    the first field is ``uint64_t timestamp`` [us] and each row holds every scalar in order.
+    """
+
+    def message(kind: bytes, body: bytes) -> bytes:
+        return struct.pack("<HB", len(body), kind[0]) + body
+
+    out = bytearray(_ULOG_MAGIC + b"\x01" + struct.pack("<Q", 0))
+    out += message(b"B", bytes(16) + struct.pack("<3Q", 0, 0, 0))
+    packers = {}
+    for name, (fields, _) in topics.items():
+        out += message(b"F", f"{name}:{';'.join(fields)};".encode())
+        code = ""
+        for field in fields:
+            kind = field.split()[0]
+            base, _, count = kind.partition("[")
+            code += _ULOG_TYPES[base] * (int(count[:-1]) if count else 1)
+        packers[name] = struct.Struct("<" + code)
+    rows = []
+    for msg_id, (name, (_, data)) in enumerate(topics.items()):
+        out += message(b"A", struct.pack("<BH", 0, msg_id) + name.encode())
+        rows += [(int(row[0]), msg_id, name, row) for row in data]
+    rows.sort(key=lambda r: (r[0], r[1]))
+    for _, msg_id, name, row in rows:
+        values = [int(row[0]), *(float(v) for v in row[1:])]
+        out += message(b"D", struct.pack("<H", msg_id) + packers[name].pack(*values))
+    path.write_bytes(bytes(out))
+    return path
+
+
+def _px4_log(path: Path, flight: Flight, with_thrust_topic: bool = True) -> Path:
+    """The flight as PX4 would log it: NED/FRD, microseconds since boot, normalised thrust."""
+    boot_ns = T0_NS - 60 * 1_000_000_000  # the autopilot booted a minute before the flight
+    log_us = (flight.log_ns - boot_ns) // 1000
+    cmd_us = (flight.command_ns - boot_ns) // 1000
+    ned, frd = _to_ned_frd(flight.log_state, flight.command)
+    thrust_z = -frd[:, 0] / VEHICLE.thrust_max_n
+    zeros = np.zeros_like(thrust_z)
+    topics = {
+        "vehicle_local_position": (
+            ["uint64_t timestamp", *(f"float {n}" for n in ("x", "y", "z", "vx", "vy", "vz"))],
+            np.column_stack([log_us, ned[:, POS], ned[:, VEL]]),
+        ),
+        "vehicle_attitude": (
+            ["uint64_t timestamp", "float[4] q"],
+            np.column_stack([log_us, ned[:, QUAT]]),
+        ),
+        "vehicle_angular_velocity": (
+            ["uint64_t timestamp", "float[3] xyz"],
+            np.column_stack([log_us, ned[:, OMEGA]]),
+        ),
+        "vehicle_rates_setpoint": (
+            [
+                "uint64_t timestamp",
+                "float roll",
+                "float pitch",
+                "float yaw",
+                "float[3] thrust_body",
+            ],
+            np.column_stack([cmd_us, frd[:, 1:], zeros, zeros, thrust_z]),
+        ),
+    }
+    if with_thrust_topic:
+        topics["vehicle_thrust_setpoint"] = (
+            ["uint64_t timestamp", "float[3] xyz"],
+            np.column_stack([cmd_us, zeros, zeros, thrust_z]),
+        )
+    return write_ulog(path, topics)
+
+
+def test_px4_ulog_matches_the_truth(flight, tmp_path):
+    log = _px4_log(tmp_path / "px4.ulg", flight)
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    records = read_transitions(out / "px4")
+    records.stamp_ns += T0_NS - 60 * 1_000_000_000  # from time since boot to the flight's
+    assert len(records) == 399
+    # a ULog holds float32: states within the same tolerances, commands to float32 rounding
+    _assert_states_match(records, flight)
+    expected = flight.command_for_tick(records.stamp_ns)
+    assert np.allclose(records.action, expected, rtol=1e-6, atol=1e-5)
+
+
+def test_px4_ulog_without_thrust_topic_and_corrupt_files(flight, tmp_path, capsys):
+    log = _px4_log(tmp_path / "old.ulg", flight, with_thrust_topic=False)
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(tmp_path / "o")]) == 0
+    assert "substituted: thrust: vehicle_rates_setpoint.thrust_body" in capsys.readouterr().out
+    cut = tmp_path / "cut.ulg"
+    cut.write_bytes(log.read_bytes()[:-7])  # the last data message torn
+    with pytest.raises(UlogError, match=r"cut.ulg: corrupt or truncated"):
+        read_ulog(cut, VEHICLE)
+    garbage = tmp_path / "garbage.ulg"
+    garbage.write_bytes(b"not a ulog file at all")
+    with pytest.raises(UlogError, match=r"garbage.ulg: not a readable ULog file"):
+        read_ulog(garbage, VEHICLE)

@@ -5,7 +5,7 @@ messages (ticks on the control period, segments split at gaps), its import repor
 written beside it as ``<out>/<file stem>.import.json``. Formats: CSV (``.csv``, the schema of
 :mod:`vnd_core.logimport.csvlog`, ``--mapping`` for other layouts) and rosbag2 (a bag folder,
 MCAP or sqlite3, :mod:`vnd_core.logimport.rosbag2log`, ``--odom`` / ``--command`` to choose
-topics).
+topics) and PX4 ULog (``.ulg``, :mod:`vnd_core.logimport.ulog`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from vnd_core.logimport.csvlog import CsvLogError, load_mapping, read_csv_log
 from vnd_core.logimport.rosbag2log import VELOCITY_FRAMES, Rosbag2LogError, read_rosbag2_log
 from vnd_core.logimport.streams import FlightStreams
+from vnd_core.logimport.ulog import UlogError, read_ulog
 from vnd_core.logimport.writer import ImportConfig, LogImportError, resample, write_replay_bag
 from vnd_core.vehicle import VehicleParams, load_vehicle
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             records, report = resample(streams, vehicle, config)
             name = source.parent.name if source.suffix in (".mcap", ".db3") else source.stem
             write_replay_bag(args.out / name, records, report)
-        except (CsvLogError, Rosbag2LogError, LogImportError) as err:
+        except (CsvLogError, Rosbag2LogError, UlogError, LogImportError) as err:
             print(f"vnd import: {err}")
             failed += 1
             continue
@@ -74,13 +75,16 @@ def run(args: argparse.Namespace) -> int:
 def read_log(
     source: Path, vehicle: VehicleParams, args: argparse.Namespace, mapping
 ) -> FlightStreams:
-    """The streams of ``source``, its format told by its name: a .csv file, or a rosbag2 bag
-    (its folder, or a .mcap / .db3 file in it)."""
+    """The streams of ``source``, its format told by its name: a .csv or .ulg file, or a
+    rosbag2 bag (its folder, or a .mcap / .db3 file in it)."""
     if source.suffix.lower() == ".csv":
         return read_csv_log(source, vehicle, mapping)
+    if source.suffix.lower() == ".ulg":
+        return read_ulog(source, vehicle)
     bag = source.parent if source.suffix in (".mcap", ".db3") else source
     if (bag / "metadata.yaml").is_file():
         return read_rosbag2_log(bag, vehicle, args.odom, args.command, args.odom_velocity_frame)
     raise LogImportError(
-        f"{source}: unknown log format (a .csv file or a rosbag2 bag folder with metadata.yaml)"
+        f"{source}: unknown log format (a .csv or .ulg file, or a rosbag2 bag folder with "
+        "metadata.yaml)"
     )
