@@ -221,8 +221,10 @@ def test_sim_node_flies_the_scenario(sim_run):
     assert counters["commands"] > 50 and counters["refused_mode"] == 0
     assert counters["scenario_time_ms"] > 2500
     assert counters["slipped_ms"] < 100, "the sim could not keep up"
-    # The plant timer is a deadline at each sample's time: one wake-up per pose period, on time.
-    assert 0.8 * 100 * RTF < last.rate_hz < 1.5 * 100 * RTF, f"timer {last.rate_hz:.1f} Hz"
+    # The plant timer is a deadline at each sample's time: at most about one wake-up per pose
+    # period (not a poll at the physics rate), on time at the median. (Throughput is the pose
+    # rate above: a starved process integrates several samples in one late wake-up.)
+    assert last.rate_hz < 1.5 * 100 * RTF, f"timer {last.rate_hz:.1f} Hz: polling"
     assert last.latency_p50_ms < 1.0, f"plant timer woke {last.latency_p50_ms:.2f} ms late"
     assert last.ticks > 100
 
