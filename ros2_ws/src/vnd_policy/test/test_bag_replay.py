@@ -153,11 +153,11 @@ def _replay(recorded: dict, enc_ns: str, pol_ns: str) -> tuple[dict, dict, int]:
     """Play the recorded inputs of E and P (see the module docstring) with the recorded spacing
     and stamps shifted to now; collect E's latents and P's commands by original stamp."""
     from vnd_ros import messages
-    from vnd_ros.bag import NodeSession
+    from vnd_ros.bag import CliNode
     from vnd_ros.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
-    session = NodeSession("bag_replay_test")
-    node = session.node
+    cli_node = CliNode("bag_replay_test")
+    node = cli_node.node
     # Per recorded tick: the z it used, published to the policy LATENT_LEAD_NS before its
     # odometry (after the previous tick), so that it is the newest latent when the tick runs.
     used = {s: m for s, m in recorded["vnd/replay"]}
@@ -196,7 +196,7 @@ def _replay(recorded: dict, enc_ns: str, pol_ns: str) -> tuple[dict, dict, int]:
     stop = threading.Event()
 
     def spin() -> None:
-        while not stop.is_set() and session.spin_once(0.01):
+        while not stop.is_set() and cli_node.spin_once(0.01):
             pass
 
     spinner = threading.Thread(target=spin, daemon=True)
@@ -229,7 +229,7 @@ def _replay(recorded: dict, enc_ns: str, pol_ns: str) -> tuple[dict, dict, int]:
     finally:
         stop.set()
         spinner.join(timeout=5)
-        session.close()
+        cli_node.close()
     return latents, commands, shift_ns
 
 

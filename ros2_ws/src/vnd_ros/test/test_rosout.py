@@ -12,7 +12,7 @@ from pathlib import Path
 from cyclonedds.builtin import BuiltinDataReader, BuiltinTopicDcpsPublication
 from cyclonedds.qos import Policy
 from vnd_ros import messages
-from vnd_ros.bag import GraphProbe, NodeSession
+from vnd_ros.bag import CliNode, GraphProbe
 from vnd_ros.qos import DurabilityPolicy, QoSProfile
 
 TALKER = Path(__file__).parent / "rosout_talker.py"
@@ -41,15 +41,15 @@ def test_a_node_process_warning_arrives_on_rosout_with_level_and_name():
     talker = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    session = NodeSession(f"rosout_reader_{os.getpid()}")
+    cli_node = CliNode(f"rosout_reader_{os.getpid()}")
     received: list = []
-    own_guid = session.node.context.participant.get_guid().bytes
+    own_guid = cli_node.node.context.participant.get_guid().bytes
     try:
         assert talker.stdout.readline().strip() == "READY"
         # Joining after the warning was logged: transient local delivers it (rqt_console
         # started after the node sees its start-up lines, as with rcl's rosout).
         qos = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=1000)
-        session.node.create_subscription(
+        cli_node.node.create_subscription(
             messages.get_message("rcl_interfaces/msg/Log"), "/rosout", received.append, qos
         )
         deadline = time.monotonic() + 20.0
@@ -58,12 +58,12 @@ def test_a_node_process_warning_arrives_on_rosout_with_level_and_name():
             return [m for m in received if token in m.msg and m.level == level]
 
         while time.monotonic() < deadline and not (mine(30) and mine(20)):
-            session.spin_once(0.05)
-        probe = GraphProbe(session.node)
+            cli_node.spin_once(0.05)
+        probe = GraphProbe(cli_node.node)
         offers = probe.writers().get("/rosout", [])
         probe.close()
         publications = BuiltinDataReader(
-            session.node.context.participant, BuiltinTopicDcpsPublication
+            cli_node.node.context.participant, BuiltinTopicDcpsPublication
         )
         lifespans_ns = {
             sample.qos[Policy.Lifespan].lifespan
@@ -71,7 +71,7 @@ def test_a_node_process_warning_arrives_on_rosout_with_level_and_name():
             if sample.topic_name == "rt/rosout" and sample.participant_key.bytes != own_guid
         }
     finally:
-        session.close()
+        cli_node.close()
         talker.terminate()
         talker.wait(timeout=10)
     warnings = mine(30)
@@ -97,19 +97,19 @@ def test_disable_rosout_logs_keeps_a_node_off_rosout():
     talker = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    session = NodeSession(f"rosout_quiet_{os.getpid()}")
+    cli_node = CliNode(f"rosout_quiet_{os.getpid()}")
     received: list = []
     try:
         assert talker.stdout.readline().strip() == "READY"
         qos = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=1000)
-        session.node.create_subscription(
+        cli_node.node.create_subscription(
             messages.get_message("rcl_interfaces/msg/Log"), "/rosout", received.append, qos
         )
         deadline = time.monotonic() + 2.0  # ten info lines' worth
         while time.monotonic() < deadline:
-            session.spin_once(0.05)
+            cli_node.spin_once(0.05)
     finally:
-        session.close()
+        cli_node.close()
         talker.terminate()
         _, stderr = talker.communicate(timeout=10)
     assert f"rosout check {token}" in stderr  # still logged to the console

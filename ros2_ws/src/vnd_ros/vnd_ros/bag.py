@@ -174,7 +174,7 @@ def _profile_from_rosbags(qos: Qos) -> QoSProfile:
 # ---------------------------------------------------------------- node plumbing
 
 
-class NodeSession:
+class CliNode:
     """A runtime node with its own executor; initialises the middleware when nobody did."""
 
     def __init__(self, node_name: str) -> None:
@@ -197,7 +197,7 @@ class NodeSession:
         return True
 
     def close(self) -> None:
-        """Destroy the node, and shut the middleware down if this session started it."""
+        """Destroy the node, and shut the middleware down if this node started it."""
         self.executor.remove_node(self.node)
         self.node.destroy_node()
         if self.owns_init:
@@ -311,11 +311,11 @@ class BagRecorder:
     def _run(self, ready: threading.Event) -> None:
         """Recording thread: node, probe and writer live and die here (sqlite3 storage may
         only be used from the thread that opened it)."""
-        session: NodeSession | None = None
+        cli_node: CliNode | None = None
         probe: GraphProbe | None = None
         try:
-            session = NodeSession(self._node_name)
-            probe = GraphProbe(session.node)
+            cli_node = CliNode(self._node_name)
+            probe = GraphProbe(cli_node.node)
             if self._storage == "mcap":
                 writer: Writer | DurableBagWriter = DurableBagWriter(self.output_dir, self._flush)
             else:
@@ -326,17 +326,17 @@ class BagRecorder:
             self._writer = writer
         except BaseException as err:  # reported by start()
             self._error = err
-            _close_session(session, probe)
+            _close_cli_node(cli_node, probe)
             return
         finally:
             ready.set()
         try:
-            self._record(session, probe)
+            self._record(cli_node, probe)
         except BaseException as err:  # surfaced by stop(); the thread must not die silently
             self._error = err
         finally:
             self._subscriptions.clear()
-            _close_session(session, probe)
+            _close_cli_node(cli_node, probe)
             self._close_writer()
 
     def _close_writer(self) -> None:
@@ -349,13 +349,13 @@ class BagRecorder:
         except Exception as err:  # rosbags/sqlite/mcap errors alike: the bag is unusable
             self._error = self._error or err
 
-    def _record(self, session: NodeSession, probe: GraphProbe) -> None:
+    def _record(self, cli_node: CliNode, probe: GraphProbe) -> None:
         next_discovery = 0.0
         while not self._stop.is_set():
             if time.monotonic() >= next_discovery:
-                self._subscribe_new(session.node, probe.writers())
+                self._subscribe_new(cli_node.node, probe.writers())
                 next_discovery = time.monotonic() + DISCOVERY_PERIOD_S
-            if not session.spin_once(SPIN_STEP_S):
+            if not cli_node.spin_once(SPIN_STEP_S):
                 raise BagError("the node runtime shut down while recording")
             if isinstance(self._writer, DurableBagWriter):
                 self._writer.flush_if_due()  # a quiet topic's last messages reach the disk too
@@ -405,11 +405,11 @@ class BagRecorder:
         return on_message
 
 
-def _close_session(session: NodeSession | None, probe: GraphProbe | None) -> None:
+def _close_cli_node(cli_node: CliNode | None, probe: GraphProbe | None) -> None:
     if probe is not None:
         probe.close()
-    if session is not None:
-        session.close()
+    if cli_node is not None:
+        cli_node.close()
 
 
 def _absolute(topic: str) -> str:
@@ -576,10 +576,10 @@ def play(
     if rate <= 0.0:
         raise BagError(f"rate must be positive, got {rate}")
     qos_by_topic = _stored_qos(path)
-    session = NodeSession(node_name)
+    cli_node = CliNode(node_name)
     try:
         publishers = {
-            summary.name: session.node.create_publisher(
+            summary.name: cli_node.node.create_publisher(
                 messages.get_message(summary.msgtype),
                 summary.name,
                 qos_by_topic.get(summary.name) or QoSProfile(depth=PLAY_DEPTH),
@@ -597,7 +597,7 @@ def play(
             _flush(publisher)
         return published
     finally:
-        session.close()
+        cli_node.close()
 
 
 def _stored_qos(path: str | Path) -> dict[str, QoSProfile]:

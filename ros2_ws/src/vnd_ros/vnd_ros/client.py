@@ -38,7 +38,7 @@ from vnd_core.units import NS_PER_S
 from vnd_core.wire import CheckpointAction, learner_state_name
 
 from vnd_ros import messages
-from vnd_ros.bag import NodeSession
+from vnd_ros.bag import CliNode
 from vnd_ros.qos import (
     QoSProfile,
     qos_profile_checkpoint_status,
@@ -254,8 +254,8 @@ class StackClient:
 
     def __init__(self, vehicle: str = "vnd1", node_name: str | None = None) -> None:
         self.vehicle = vehicle
-        self.session = NodeSession(node_name or f"vnd_cli_{uuid.uuid4().hex[:6]}")
-        self.node = self.session.node
+        self.cli_node = CliNode(node_name or f"vnd_cli_{uuid.uuid4().hex[:6]}")
+        self.node = self.cli_node.node
 
     def topic(self, name: str) -> str:
         """Absolute name of ``name`` in this client's vehicle namespace."""
@@ -263,7 +263,7 @@ class StackClient:
 
     def close(self) -> None:
         """Leave the graph."""
-        self.session.close()
+        self.cli_node.close()
 
     def __enter__(self) -> StackClient:
         return self
@@ -276,7 +276,7 @@ class StackClient:
         """Run callbacks until ``done()`` or the timeout; True when ``done()`` held."""
         deadline = time.monotonic() + timeout_s
         while not done():
-            if time.monotonic() >= deadline or not self.session.spin_once(SPIN_STEP_S):
+            if time.monotonic() >= deadline or not self.cli_node.spin_once(SPIN_STEP_S):
                 return done()
         return True
 
@@ -414,7 +414,7 @@ class StackClient:
                     done = self.expected_name(target_node) in readers and matched
                 else:
                     done = complete and matched
-                if done or now >= deadline or not self.session.spin_once(SPIN_STEP_S):
+                if done or now >= deadline or not self.cli_node.spin_once(SPIN_STEP_S):
                     break
         finally:
             search.close()

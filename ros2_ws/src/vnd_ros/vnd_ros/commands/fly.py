@@ -453,7 +453,7 @@ class FlightMonitor:
         tty = out.isatty()
         try:
             while True:
-                self.client.session.spin_once(SPIN_STEP_S)
+                self.client.cli_node.spin_once(SPIN_STEP_S)
                 if self.latency is not None:
                     self.latency.poll()
                 self.cpu.poll()

@@ -25,7 +25,7 @@ import numpy as np
 import yaml
 
 from vnd_ros import messages, runtime
-from vnd_ros.bag import GraphProbe, NodeSession, WriterOffer, matching_qos
+from vnd_ros.bag import CliNode, GraphProbe, WriterOffer, matching_qos
 from vnd_ros.launch.resolve import default_environment
 
 SPIN_STEP_S = 0.05  # longest executor wait, so deadlines and Ctrl-C are honoured promptly
@@ -60,26 +60,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the verb until done, Ctrl-C or SIGTERM."""
     os.environ.update(default_environment(os.environ))  # loopback unless configured
-    verbs: dict[str, Callable[[NodeSession, argparse.Namespace], int]] = {
+    verbs: dict[str, Callable[[CliNode, argparse.Namespace], int]] = {
         "list": _list,
         "echo": _echo,
         "hz": _hz,
     }
-    session = NodeSession("vnd_topic")
+    cli_node = CliNode("vnd_topic")
     try:
-        return verbs[args.verb](session, args)
+        return verbs[args.verb](cli_node, args)
     except KeyboardInterrupt:  # the node runtime turns SIGINT into KeyboardInterrupt
         return 0
     finally:
-        session.close()
+        cli_node.close()
 
 
 # ---------------------------------------------------------------- list
 
 
-def _list(session: NodeSession, args: argparse.Namespace) -> int:
-    view = _topic_types_source(session.node)
-    _spin_for(session, args.spin_time)
+def _list(cli_node: CliNode, args: argparse.Namespace) -> int:
+    view = _topic_types_source(cli_node.node)
+    _spin_for(cli_node, args.spin_time)
     for name, types in sorted(view().items()):
         print(f"{name} [{', '.join(sorted(types))}]" if args.show_types else name)
     return 0
@@ -95,20 +95,18 @@ def _topic_types_source(node: Any) -> Callable[[], dict[str, set[str]]]:
     return lambda: {name: info.types for name, info in view.topics().items()}
 
 
-def _spin_for(session: NodeSession, duration_s: float) -> None:
+def _spin_for(cli_node: CliNode, duration_s: float) -> None:
     deadline = time.monotonic() + duration_s
-    while time.monotonic() < deadline and session.spin_once(SPIN_STEP_S):
+    while time.monotonic() < deadline and cli_node.spin_once(SPIN_STEP_S):
         pass
 
 
 # ---------------------------------------------------------------- echo and hz
 
 
-def _wait_for_writers(
-    session: NodeSession, topic: str, timeout_s: float
-) -> list[WriterOffer] | None:
+def _wait_for_writers(cli_node: CliNode, topic: str, timeout_s: float) -> list[WriterOffer] | None:
     """Offers of the writers of ``topic`` once one exists; None on timeout or shutdown."""
-    probe = GraphProbe(session.node)
+    probe = GraphProbe(cli_node.node)
     try:
         deadline = time.monotonic() + timeout_s if timeout_s > 0 else math.inf
         warned = False
@@ -119,7 +117,7 @@ def _wait_for_writers(
             if not warned:
                 print(f"waiting for a writer of {topic} ...", file=sys.stderr)
                 warned = True
-            if not session.spin_once(SPIN_STEP_S * 4):
+            if not cli_node.spin_once(SPIN_STEP_S * 4):
                 return None
         return None
     finally:
@@ -127,22 +125,22 @@ def _wait_for_writers(
 
 
 def _subscribe(
-    session: NodeSession, args: argparse.Namespace, callback: Callable[[Any], None]
+    cli_node: CliNode, args: argparse.Namespace, callback: Callable[[Any], None]
 ) -> bool:
     topic = args.topic if args.topic.startswith("/") else "/" + args.topic
-    offers = _wait_for_writers(session, topic, args.timeout)
+    offers = _wait_for_writers(cli_node, topic, args.timeout)
     if offers is None:
         print(f"no writer of {topic} appeared", file=sys.stderr)
         return False
     msgtype = getattr(args, "type", None) or offers[0].msgtype
     msg_class = messages.get_message(msgtype)
-    session.node.create_subscription(
+    cli_node.node.create_subscription(
         msg_class, topic, callback, matching_qos(offers, depth=ECHO_DEPTH)
     )
     return True
 
 
-def _echo(session: NodeSession, args: argparse.Namespace) -> int:
+def _echo(cli_node: CliNode, args: argparse.Namespace) -> int:
     limit = 1 if args.once else args.count
     printed = [0]
 
@@ -152,9 +150,9 @@ def _echo(session: NodeSession, args: argparse.Namespace) -> int:
         print(format_message(msg, args.truncate_length) + "---", flush=True)
         printed[0] += 1
 
-    if not _subscribe(session, args, on_message):
+    if not _subscribe(cli_node, args, on_message):
         return 1
-    while not (limit and printed[0] >= limit) and session.spin_once(SPIN_STEP_S):
+    while not (limit and printed[0] >= limit) and cli_node.spin_once(SPIN_STEP_S):
         pass
     return 0
 
@@ -233,13 +231,13 @@ def format_stats(stats: RateStats) -> str:
     )
 
 
-def _hz(session: NodeSession, args: argparse.Namespace) -> int:
+def _hz(cli_node: CliNode, args: argparse.Namespace) -> int:
     monitor = RateMonitor(args.window)
-    if not _subscribe(session, args, lambda msg: monitor.tick(time.monotonic())):
+    if not _subscribe(cli_node, args, lambda msg: monitor.tick(time.monotonic())):
         return 1
     end = time.monotonic() + args.duration if args.duration > 0 else math.inf
     next_report = time.monotonic() + REPORT_PERIOD_S
-    while time.monotonic() < end and session.spin_once(SPIN_STEP_S):
+    while time.monotonic() < end and cli_node.spin_once(SPIN_STEP_S):
         if time.monotonic() >= next_report:
             stats = monitor.stats()
             print(format_stats(stats) if stats else "no new messages", flush=True)
