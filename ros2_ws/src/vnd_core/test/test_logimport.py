@@ -234,6 +234,7 @@ def _streams_with_faults(flight: Flight) -> FlightStreams:
     swapped = [251, 250]  # two rows in the wrong order: the second is out of order
     stamps[[250, 251]], state[[250, 251]] = stamps[swapped], state[swapped]
     state[400, VEL] += 5.0  # a 5 m/s velocity step in 10 ms: 500 m/s^2
+    state[120:, POS.start] += 0.5  # the mocap origin moves by 0.5 m (velocities unchanged)
     keep = np.ones(len(stamps), bool)
     keep[600:630] = False  # 300 ms without odometry: a gap
     return FlightStreams(
@@ -256,22 +257,26 @@ def test_every_data_check_is_counted(flight):
         "gap": 1,
         # into and out of the jumped sample: it is a one-sample segment, dropped
         "implausible_acceleration": 2,
+        "position_jump": 1,
     }
     assert report.odometry.samples == len(flight.log_ns) - 30
     assert report.odometry.kept == report.odometry.samples - 4
-    # three segments: before the jump, from it to the gap, after the gap
-    assert len(report.segments) == 3 and sum(n for _, n in report.segments) == len(records)
+    # four segments: before the position jump, from it to the velocity step, from that to
+    # the gap, after the gap
+    assert len(report.segments) == 4 and sum(n for _, n in report.segments) == len(records)
     assert report.resampling.samples - report.resampling.kept == sum(
         report.resampling.counts.values()
     ), "every tick of the grid is written or counted"
     # no learned transition crosses a split: the segments are more than 1.5 periods apart
     steps = np.diff(records.stamp_ns)
-    assert np.sum(steps > 1.5 * TICK_NS) == 2 and np.all(steps >= TICK_NS)
+    assert np.sum(steps > 1.5 * TICK_NS) == 3 and np.all(steps >= TICK_NS)
     text = report.describe()
     for name in report.odometry.counts:
         assert name in text
     # what is kept is still right; where a sample was dropped the interpolation spans 20 ms
     # instead of 10 ms (four times the error of a quadratic motion)
+    moved = records.stamp_ns > flight.log_ns[119]
+    records.state[moved, POS.start] -= 0.5
     _assert_matches_truth(records, flight, slack=4.0)
 
 

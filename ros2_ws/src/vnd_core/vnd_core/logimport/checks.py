@@ -11,7 +11,9 @@ The rules (:data:`RULES`, printed with the counts):
 - a stamp step above ``gap_factor`` times the stream's median step splits the segment there;
 - a velocity change between two samples that needs more acceleration than the vehicle can make
   (full thrust over mass, plus gravity, plus ``accel_margin_mps2``) splits the segment there, so
-  no learned transition crosses it.
+  no learned transition crosses it;
+- a position step that the logged velocities do not explain (off the trapezoid rule by more
+  than the acceleration limit allows, plus ``position_jump_m``) splits the segment there too.
 
 The writer adds the rules of resampling (ticks without a command, short segments).
 """
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from vnd_core.state import GRAVITY_MPS2, QUAT, VEL
+from vnd_core.state import GRAVITY_MPS2, POS, QUAT, VEL
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
@@ -34,6 +36,7 @@ RULES: dict[str, str] = {
     "out_of_order": "dropped: stamped before the sample read just before it",
     "gap": "segment split: stamp step above gap_factor median steps",
     "implausible_acceleration": "segment split: velocity step beyond what the vehicle can do",
+    "position_jump": "segment split: position step the logged velocities do not explain",
     "no_command": "tick dropped: no command yet, or the last one older than max_command_age_s",
     "short_segment": "ticks dropped: segment shorter than min_segment_ticks",
     "segment_boundary": "tick dropped: keeps consecutive segments two control periods apart",
@@ -48,6 +51,7 @@ class CheckConfig:
     quaternion_reject: float = 0.1  # |norm - 1| above this drops the sample
     gap_factor: float = 3.0  # a stamp step above this many median steps splits a segment
     accel_margin_mps2: float = 10.0  # added to full thrust / mass + g for the accel limit
+    position_jump_m: float = 0.02  # position step allowance beyond the velocities' account [m]
 
     def validate(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -57,6 +61,8 @@ class CheckConfig:
             raise ValueError(f"gap_factor must be > 1, got {self.gap_factor}")
         if not self.accel_margin_mps2 >= 0:
             raise ValueError(f"accel_margin_mps2 must be >= 0, got {self.accel_margin_mps2}")
+        if not self.position_jump_m > 0:
+            raise ValueError(f"position_jump_m must be > 0, got {self.position_jump_m}")
 
 
 def max_acceleration_mps2(vehicle: VehicleParams, config: CheckConfig) -> float:
@@ -136,9 +142,16 @@ def check_odometry(
         gap = step_s > config.gap_factor * float(np.median(step_s))
         accel = np.linalg.norm(np.diff(states[:, VEL], axis=0), axis=1) / step_s
         jump = ~gap & (accel > max_accel_mps2)
+        mean_v = 0.5 * (states[1:, VEL] + states[:-1, VEL])
+        unexplained_m = np.linalg.norm(
+            np.diff(states[:, POS], axis=0) - mean_v * step_s[:, None], axis=1
+        )
+        allowed_m = 0.5 * max_accel_mps2 * step_s**2 + config.position_jump_m
+        teleport = ~gap & ~jump & (unexplained_m > allowed_m)
         check.add("gap", int(gap.sum()))
         check.add("implausible_acceleration", int(jump.sum()))
-        breaks = gap | jump
+        check.add("position_jump", int(teleport.sum()))
+        breaks = gap | jump | teleport
     check.kept = len(stamps)
     return stamps, states, breaks, check
 
