@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 from rosbags.rosbag2 import StoragePlugin, Writer
-from vnd_core.bundle import load_bundle, shipped_bundle_path
-from vnd_core.commands import learn
+from vnd_core.bundle import Bundle, load_bundle, save_bundle, shipped_bundle_path
+from vnd_core.commands import learn, model_eval
 from vnd_core.evaluation.replay_bag import (
     ReadReport,
     ReplayBagWarning,
@@ -51,6 +51,7 @@ from vnd_core.policy import PolicyRunner
 from vnd_core.scenario import Phase, Scenario, WindEvent
 from vnd_core.state import OMEGA, POS, QUAT, VEL
 from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd import FitConfig, VNDModel, fit_vnd
 from vnd_ros.cli import main as vnd_main
 
 VEHICLE = load_vehicle("agile")
@@ -99,8 +100,18 @@ class Flight:
 
 @pytest.fixture(scope="module")
 def flight() -> Flight:
+    return _fly(seed=3)
+
+
+@pytest.fixture(scope="module")
+def held_out_flight() -> Flight:
+    """Another flight in the same wind (other noise), never learned from."""
+    return _fly(seed=4)
+
+
+def _fly(seed: int) -> Flight:
     runner = PolicyRunner(load_bundle(shipped_bundle_path()).policy, WINDY.reference)
-    plant = TruePlant(VEHICLE, WINDY, batch_size=1, seed=3)
+    plant = TruePlant(VEHICLE, WINDY, batch_size=1, seed=seed)
     plant.reset(WINDY.start_state(1))
     truth_ns, truth, command_ns, command = [T0_NS], [plant.state[0].double().numpy()], [], []
     for _ in range(400):
@@ -652,3 +663,29 @@ def test_px4_ulog_without_thrust_topic_and_corrupt_files(flight, tmp_path, capsy
     garbage.write_bytes(b"not a ulog file at all")
     with pytest.raises(UlogError, match=r"garbage.ulg: not a readable ULog file"):
         read_ulog(garbage, VEHICLE)
+
+
+def test_a_model_learned_from_imported_px4_logs_beats_the_prior_on_a_held_out_log(
+    flight, held_out_flight, tmp_path, capsys
+):
+    out = tmp_path / "bags"
+    for name, one in (("train", flight), ("held_out", held_out_flight)):
+        log = _px4_log(tmp_path / f"{name}.ulg", one)
+        assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    torch.manual_seed(0)
+    model = VNDModel(VEHICLE)
+    dataset, _ = model_eval.replay_dataset(model, read_transitions(out / "train"))
+    fit_vnd(model, dataset, FitConfig.quick(steps=60), warm_start=False)
+    base = load_bundle(shipped_bundle_path())
+    bundle = save_bundle(
+        Bundle(version=2, parent_version=1, policy=base.policy, vehicle=VEHICLE, model=model),
+        tmp_path / "v2.safetensors",
+    )
+    report_path = tmp_path / "eval.json"
+    argv = ["model-eval", "--bag", str(out / "held_out"), "--bundle", str(bundle)]
+    assert vnd_main([*argv, "--json", str(report_path)]) == 0
+    report = json.loads(report_path.read_text())
+    print("held-out open-loop error", report["prior_err_m"], report["model_err_m"])
+    # the wind the prior does not know is learned from the imported flight
+    assert report["model_err_m"]["10"] < report["prior_err_m"]["10"]
+    assert report["model_err_m"]["50"] < report["prior_err_m"]["50"]
