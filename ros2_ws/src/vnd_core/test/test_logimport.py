@@ -689,3 +689,21 @@ def test_a_model_learned_from_imported_px4_logs_beats_the_prior_on_a_held_out_lo
     # the wind the prior does not know is learned from the imported flight
     assert report["model_err_m"]["10"] < report["prior_err_m"]["10"]
     assert report["model_err_m"]["50"] < report["prior_err_m"]["50"]
+
+
+def test_vehicle_fit_recovers_mass_and_rate_time_constant(flight, tmp_path, capsys):
+    log = _px4_log(tmp_path / "px4.ulg", flight)
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    fitted_path = tmp_path / "fitted.yaml"
+    argv = ["vehicle", "fit", str(out / "px4"), "--out", str(fitted_path), "--vehicle"]
+    # a base vehicle whose full thrust cannot lift the fitted mass is refused, saying why
+    assert vnd_main([*argv, "small"]) == 2 and not fitted_path.exists()
+    assert "hover thrust < thrust_max_n, got 0.0 / 7.4" in capsys.readouterr().out
+    assert vnd_main([*argv, "agile"]) == 0
+    assert "body-rate time constant" in capsys.readouterr().out
+    fitted = load_vehicle(fitted_path)  # the result loads as a vehicle file
+    assert fitted.name == "agile_fit" and fitted.inertia_kgm2 == VEHICLE.inertia_kgm2
+    # the simulated vehicle: 0.752 kg; its rate loop 1 / rate_gain_p = 50 ms
+    assert fitted.mass_kg == pytest.approx(VEHICLE.mass_kg, rel=0.03)
+    assert fitted.body_rate_time_constant_s == pytest.approx(1.0 / VEHICLE.rate_gain_p[0], rel=0.03)

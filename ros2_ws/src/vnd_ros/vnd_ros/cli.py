@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "learn": ("vnd_core.commands.learn", "fit the VND model and policy from recorded replay bags"),
     "model-eval": ("vnd_core.commands.model_eval", "open-loop prediction error of a bundle"),
     "import": ("vnd_core.commands.import_logs", "flight logs to replay bags for vnd learn"),
+    "vehicle": ("vnd_core.commands.vehicle", "fit a vehicle file to logged flight"),
     "launch": ("vnd_ros.commands.launch", "run a YAML launch file without ROS"),
     "bag": ("vnd_ros.commands.bag", "record, inspect and play rosbag2 (MCAP) bags"),
     "topic": ("vnd_ros.commands.topic", "list, echo and measure the rate of topics"),
