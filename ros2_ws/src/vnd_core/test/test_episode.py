@@ -19,7 +19,7 @@ def policy():
     return load_bundle(shipped_bundle_path()).policy
 
 
-# (scenario, max error bound, RMSE target of the issue) for the shipped bundle on the true plant
+# (scenario, max error bound, RMSE target) for the shipped bundle on the true plant
 CASES = [("hover_calm", 0.05, 0.03), ("figure8_calm", 0.15, 0.10)]
 
 

@@ -303,7 +303,7 @@ def _latent_figures(run: RunResult, scenario: Scenario, out_dir: Path, seed: int
 
 
 def headline(results: list[dict], latents: dict) -> dict:
-    """The issue's numbers: VND vs refit vs oracle RMSE under wind, recurring-wind recovery,
+    """The headline figures: VND vs refit vs oracle RMSE under wind, recurring-wind recovery,
     50-step prediction improvement and latent k-NN accuracy."""
     table = {(r["method"], r["scenario"]): r for r in results}
     out: dict = {}

@@ -2,18 +2,18 @@
 safety filter) flying the true plant in simulated time while a fault is injected into the
 odometry, judged by what the simulated vehicle does.
 
-The loop runs the nodes' logic at 1 ms resolution without middleware: the simulated vehicle's
-500 Hz timer and 100 Hz motion capture, the pose filter, odometry arriving 1 ms after its
+The loop runs the nodes' logic at 1 ms resolution without middleware: the simulated vehicle
+stepped every 2 ms with its 100 Hz motion capture, the pose filter, odometry arriving 1 ms after its
 stamp, the policy node's event-driven tick (a sample stamped at least ``min_tick_interval_s``
-after the last tick's) and its watchdog (a tick when none came for a period plus
-``tick_margin_s``), and each command reaching the plant 1 ms after the tick. The encoder is
+after the last tick's) and its watchdog deadline (a tick when none came for a period plus
+``tick_margin_s``, then one per period), and each command reaching the plant 1 ms after the tick. The encoder is
 left out (the policy flies on z = 0), so what is measured is the safety layer's own doing.
 
 Faults (``vnd_core.evaluation.odometry_faults``) act on the odometry from the fault to the end.
 
 ``response="level_hover"`` replaces the stack's commands from the fault on by an ideal cut to a
-level hover (level attitude from the true state, thrust for the weight), the reference the
-issue's rule "not worse than cutting to a level hover" is measured against.
+level hover (level attitude from the true state, thrust for the weight): the fallback must do
+no worse than that cut.
 """
 
 from __future__ import annotations
