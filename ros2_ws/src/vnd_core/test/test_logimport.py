@@ -329,22 +329,27 @@ def test_csv_without_rate_commands_says_what_stands_in(flight, tmp_path, capsys)
     assert "command delay: not estimated" in printed
 
 
+def _resting_ticks(stamps: np.ndarray, height_m: float = 1.0) -> TickRecords:
+    """POLICY-mode ticks of a vehicle resting level at ``height_m``, at ``stamps`` (N,)."""
+    n = len(stamps)
+    state = np.zeros((n, 13))
+    state[:, 2], state[:, 3] = height_m, 1.0
+    return TickRecords(
+        stamp_ns=stamps,
+        state=state,
+        action=np.zeros((n, 4)),
+        mode=np.full(n, MODE_POLICY, np.uint8),
+        policy_version=np.zeros(n, np.uint32),
+        encoder_version=np.zeros(n, np.uint32),
+    )
+
+
 def test_duplicate_stamps_across_bags_keep_the_bag_listed_first(flight, tmp_path):
     n = 60
     stamps = T0_NS + TICK_NS * np.arange(n, dtype=np.int64)
 
     def bag(name: str, height_m: float):
-        state = np.zeros((n, 13))
-        state[:, 2], state[:, 3] = height_m, 1.0
-        records = TickRecords(
-            stamp_ns=stamps,
-            state=state,
-            action=np.zeros((n, 4)),
-            mode=np.full(n, MODE_POLICY, np.uint8),
-            policy_version=np.zeros(n, np.uint32),
-            encoder_version=np.zeros(n, np.uint32),
-        )
-        return write_transitions(tmp_path / name, records)
+        return write_transitions(tmp_path / name, _resting_ticks(stamps, height_m))
 
     a, b = bag("a", 1.0), bag("b", 2.0)
     report = ReadReport()
@@ -369,6 +374,7 @@ def test_learn_runs_on_an_imported_bag(flight, tmp_path, capsys):
     argv += ["--preset", "quick", "--vehicle", "agile", "--fit-steps", "30"]
     argv += ["--train-iterations", "2", "--summary", str(tmp_path / "s.json")]
     code = learn.run(parser.parse_args(argv))
+    assert "input ticks: 399, every data check passed" in capsys.readouterr().out
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["ticks_read"] == 399 and summary["ticks_stored"] == 399
     assert summary["metrics"]["fit"]["steps"] == 30
@@ -707,3 +713,22 @@ def test_vehicle_fit_recovers_mass_and_rate_time_constant(flight, tmp_path, caps
     # the simulated vehicle: 0.752 kg; its rate loop 1 / rate_gain_p = 50 ms
     assert fitted.mass_kg == pytest.approx(VEHICLE.mass_kg, rel=0.03)
     assert fitted.body_rate_time_constant_s == pytest.approx(1.0 / VEHICLE.rate_gain_p[0], rel=0.03)
+
+
+def test_learn_reports_the_data_checks_of_its_input(tmp_path, capsys):
+    n = 60
+    stamps = T0_NS + TICK_NS * np.arange(n, dtype=np.int64)
+    stamps[40:] += 10 * TICK_NS  # 200 ms without ticks
+    records = _resting_ticks(stamps)
+    records.state[10, 7] = np.nan
+    records.state[20, 3:7] = [1.0, 0.01, 0.0, 0.0]  # norm 1.00005: within tolerance
+    records.state[30, 3:7] = [1.02, 0.0, 0.0, 0.0]  # norm 1.02: counted
+    bag = write_transitions(tmp_path / "bag", records)
+    parser = argparse.ArgumentParser()
+    learn.add_arguments(parser)
+    argv = ["--bag", str(bag), "--init", str(shipped_bundle_path()), "--out", str(tmp_path / "o")]
+    assert learn.run(parser.parse_args([*argv, "--preset", "quick"])) == 2  # too little data
+    printed = capsys.readouterr().out
+    assert "input ticks: 60 samples read, 59 kept" in printed
+    assert "non_finite: 1" in printed and "gap: 1" in printed
+    assert "non_unit_quaternion: 1" in printed

@@ -22,6 +22,7 @@ from vnd_core.bundle import BundleError, load_bundle, save_bundle
 from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
 from vnd_core.learner import ContinualLearner
 from vnd_core.learner.settings import LEARNER_PRESETS
+from vnd_core.logimport.checks import check_replay_input
 from vnd_core.vehicle import load_vehicle
 
 EXIT_REJECTED = 3
@@ -65,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"vnd learn: {err}")
         return 2
     print(f"vnd learn: {read_report.describe()}")
+    print(check_replay_input(records.stamp_ns, records.state, vehicle))
     preset = LEARNER_PRESETS["quick" if args.quick else args.preset]
     config = preset(seed=args.seed, min_new_ticks=1, min_interval_s=0.0)
     if args.fit_steps is not None:

@@ -20,6 +20,7 @@ from vnd_core.bundle import BundleError, load_bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
 from vnd_core.learner import TickRecords, split_runs
+from vnd_core.logimport.checks import check_replay_input
 from vnd_core.vnd.data import Segment, TransitionDataset
 from vnd_core.vnd.metrics import open_loop_errors
 from vnd_core.vnd.model import VNDModel
@@ -78,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if bundle.model is None:
         print(f"vnd model-eval: {args.bundle}: bundle v{bundle.version} carries no VND model")
         return 2
+    print(check_replay_input(records.stamp_ns, records.state, bundle.vehicle))
     model = bundle.model.eval()
     dataset, stamps_ns = replay_dataset(model, records)
     if dataset.num_segments == 0:

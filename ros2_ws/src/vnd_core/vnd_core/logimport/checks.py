@@ -171,3 +171,15 @@ def check_commands(
     index = index[_stamp_order(stamp_ns[index], check)]
     check.kept = len(index)
     return stamp_ns[index].copy(), command[index].copy(), check
+
+
+def check_replay_input(stamp_ns: np.ndarray, state: np.ndarray, vehicle: VehicleParams) -> str:
+    """The data checks of a learning input (replay ticks ``stamp_ns`` (N,), ``state`` (N, 13)),
+    as one line per finding. Nothing is removed here: the learner drops non-finite ticks and
+    splits its runs at gaps itself; the other findings are reported so that a bag that needs
+    ``vnd import`` 's cleaning is noticed."""
+    *_, check = check_odometry(stamp_ns, state, max_acceleration_mps2(vehicle, CheckConfig()))
+    check.stream = "input ticks"
+    if not check.counts:
+        return f"input ticks: {check.samples}, every data check passed"
+    return "\n".join(check.describe())
