@@ -687,14 +687,23 @@ def test_a_model_learned_from_imported_px4_logs_beats_the_prior_on_a_held_out_lo
         Bundle(version=2, parent_version=1, policy=base.policy, vehicle=VEHICLE, model=model),
         tmp_path / "v2.safetensors",
     )
-    report_path = tmp_path / "eval.json"
+    report_path, png = tmp_path / "eval.json", tmp_path / "segments.png"
     argv = ["model-eval", "--bag", str(out / "held_out"), "--bundle", str(bundle)]
-    assert vnd_main([*argv, "--json", str(report_path)]) == 0
+    assert vnd_main([*argv, "--json", str(report_path), "--png", str(png)]) == 0
     report = json.loads(report_path.read_text())
     print("held-out open-loop error", report["prior_err_m"], report["model_err_m"])
     # the wind the prior does not know is learned from the imported flight
     assert report["model_err_m"]["10"] < report["prior_err_m"]["10"]
     assert report["model_err_m"]["50"] < report["prior_err_m"]["50"]
+    # per segment (one here): position, velocity and attitude errors, and the figure of them
+    (segment,) = report["per_segment"]
+    assert segment["ticks"] == 399
+    assert segment["50"]["model"]["position_m"] == pytest.approx(report["model_err_m"]["50"])
+    print("held-out segment errors at 50 steps", segment["50"])
+    for kind in ("position_m", "velocity_mps"):  # the wind is a force: what the model learns
+        assert segment["50"]["model"][kind] < segment["50"]["prior"][kind], kind
+    assert np.isfinite(segment["50"]["model"]["attitude_rad"])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_vehicle_fit_recovers_mass_and_rate_time_constant(flight, tmp_path, capsys):

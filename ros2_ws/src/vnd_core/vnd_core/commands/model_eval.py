@@ -4,7 +4,9 @@ For every window of the bag's POLICY-mode runs, the bundle's encoder reads the C
 context, then the prior alone and prior + residual(z) roll the logged actions forward from the
 next state; the position error after 1, 10 and 50 steps is averaged over windows
 (:func:`vnd_core.vnd.open_loop_errors`). ``--latents`` exports the latent of every complete
-context with the stamp of the tick it serves (the newest state of its context).
+context with the stamp of the tick it serves (the newest state of its context). The JSON's
+``per_segment`` holds the position, velocity and attitude errors of each run on its own
+(:mod:`vnd_core.evaluation.segment_errors`); ``--png`` draws them at the longest horizon.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from vnd_core.bundle import BundleError, load_bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
+from vnd_core.evaluation.segment_errors import plot_segment_errors, segment_errors
 from vnd_core.learner import TickRecords, split_runs
 from vnd_core.logimport.checks import check_replay_input
 from vnd_core.vnd.data import Segment, TransitionDataset
@@ -38,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topic", default=None, help="Transition topic (default: every one)")
     parser.add_argument("--max-windows", type=int, default=2000, help="windows per horizon")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--png", type=Path, default=None, help="per-segment errors at the longest horizon (PNG)"
+    )
 
 
 def replay_dataset(model: VNDModel, records: TickRecords) -> tuple[TransitionDataset, np.ndarray]:
@@ -49,11 +55,20 @@ def replay_dataset(model: VNDModel, records: TickRecords) -> tuple[TransitionDat
     for run in split_runs(records.stamp_ns, records.mode, CONTROL_PERIOD_S, GAP_FACTOR):
         if run.stop - run.start < 2:
             continue
-        segment = Segment(records.state[run], records.action[run])
-        if dataset.add_segment(segment):
+        if dataset.add_segment(Segment(records.state[run], records.action[run])):
             stamps.append(records.stamp_ns[run][delay + 1 :])
     stamps_ns = np.concatenate(stamps) if stamps else np.zeros(0, np.int64)
     return dataset, stamps_ns
+
+
+def _segments(records: TickRecords) -> list[Segment]:
+    """The POLICY-mode runs of ``records`` of at least two ticks, as the model reads them."""
+    runs = split_runs(records.stamp_ns, records.mode, CONTROL_PERIOD_S, GAP_FACTOR)
+    return [
+        Segment(records.state[run], records.action[run])
+        for run in runs
+        if run.stop - run.start >= 2
+    ]
 
 
 def latents_with_stamps(
@@ -102,8 +117,11 @@ def run(args: argparse.Namespace) -> int:
     missing = [str(h) for h in HORIZONS if str(h) not in errors["prior_err_m"]]
     if missing:
         report["note"] = f"no run is long enough for horizons {missing}"
+    report["per_segment"] = segment_errors(model, _segments(records), HORIZONS)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
+    if args.png is not None:
+        plot_segment_errors(report["per_segment"], HORIZONS[-1], args.png)
     if args.latents is not None:
         z, stamps = latents_with_stamps(model, dataset, stamps_ns)
         args.latents.parent.mkdir(parents=True, exist_ok=True)
