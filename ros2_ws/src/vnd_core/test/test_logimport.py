@@ -567,7 +567,7 @@ def test_rosbag2_topic_choice_errors_name_the_bag(flight, tmp_path):
 # ---------------------------------------------------------------- PX4 ULog logs
 
 _ULOG_MAGIC = b"ULog\x01\x12\x35"
-_ULOG_TYPES = {"uint64_t": "Q", "float": "f"}
+_ULOG_TYPES = {"uint64_t": "Q", "float": "f", "uint8_t": "B", "bool": "?"}
 
 
 def write_ulog(path: Path, topics: dict[str, tuple[list[str], np.ndarray]]) -> Path:
@@ -598,13 +598,16 @@ def write_ulog(path: Path, topics: dict[str, tuple[list[str], np.ndarray]]) -> P
         rows += [(int(row[0]), msg_id, name, row) for row in data]
     rows.sort(key=lambda r: (r[0], r[1]))
     for _, msg_id, name, row in rows:
-        values = [int(row[0]), *(float(v) for v in row[1:])]
+        codes = packers[name].format[1:]
+        values = [float(v) if c == "f" else int(v) for c, v in zip(codes, row, strict=True)]
         out += message(b"D", struct.pack("<H", msg_id) + packers[name].pack(*values))
     path.write_bytes(bytes(out))
     return path
 
 
-def _px4_log(path: Path, flight: Flight, with_thrust_topic: bool = True) -> Path:
+def _px4_log(
+    path: Path, flight: Flight, with_thrust_topic: bool = True, status: dict | None = None
+) -> Path:
     """The flight as PX4 would log it: NED/FRD, microseconds since boot, normalised thrust."""
     boot_ns = T0_NS - 60 * 1_000_000_000  # the autopilot booted a minute before the flight
     log_us = (flight.log_ns - boot_ns) // 1000
@@ -636,6 +639,7 @@ def _px4_log(path: Path, flight: Flight, with_thrust_topic: bool = True) -> Path
             np.column_stack([cmd_us, frd[:, 1:], zeros, zeros, thrust_z]),
         ),
     }
+    topics.update(status or {})
     if with_thrust_topic:
         topics["vehicle_thrust_setpoint"] = (
             ["uint64_t timestamp", "float[3] xyz"],
@@ -741,3 +745,33 @@ def test_learn_reports_the_data_checks_of_its_input(tmp_path, capsys):
     assert "input ticks: 60 samples read, 59 kept" in printed
     assert "non_finite: 1" in printed and "gap: 1" in printed
     assert "non_unit_quaternion: 1" in printed
+
+
+def test_px4_ulog_keeps_flight_only_and_splits_at_mode_changes(flight, tmp_path, capsys):
+    """Disarmed for the first second, landed until 1.5 s, position mode until 4 s, then
+    offboard: ground time is dropped and counted, the mode change splits the segment."""
+    first_us = (flight.log_ns[0] - (T0_NS - 60 * 1_000_000_000)) // 1000
+    at_us = [first_us + round(t_s * 1e6) for t_s in (0.0, 1.0, 4.0)]
+    status = {
+        "vehicle_status": (
+            ["uint64_t timestamp", "uint8_t arming_state", "uint8_t nav_state"],
+            np.array([[at_us[0], 1, 2], [at_us[1], 2, 2], [at_us[2], 2, 14]]),
+        ),
+        "vehicle_land_detected": (
+            ["uint64_t timestamp", "bool landed"],
+            np.array([[at_us[0], 1], [at_us[1] + 500_000, 0]]),
+        ),
+    }
+    log = _px4_log(tmp_path / "modes.ulg", flight, status=status)
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    report = json.loads((out / "modes.import.json").read_text())
+    counts = report["odometry"]["counts"]
+    assert counts["not_flying"] == 150  # 1.5 s of 100 Hz rows
+    assert counts["phase_change"] == 1 and len(report["segments"]) == 2
+    stamps = read_transitions(out / "modes").stamp_ns  # ULog stamps: time since boot
+    assert stamps[0] >= (at_us[1] + 500_000) * 1000  # nothing before take-off
+    # no learned transition crosses the mode change: the ticks around it are apart
+    after = np.searchsorted(stamps, at_us[2] * 1000)
+    assert stamps[after] - stamps[after - 1] > 1.5 * TICK_NS
+    assert "not_flying: 150" in capsys.readouterr().out

@@ -29,6 +29,8 @@ from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
 RULES: dict[str, str] = {
+    "not_flying": "dropped: logged while not in flight (disarmed or on the ground)",
+    "phase_change": "segment split: the flight mode changed",
     "non_finite": "dropped: a NaN or infinite value",
     "bad_quaternion": "dropped: quaternion norm off 1 by more than the reject limit",
     "non_unit_quaternion": "kept, renormalised: quaternion norm off 1 within the reject limit",
@@ -115,8 +117,10 @@ def check_odometry(
     state: np.ndarray,
     max_accel_mps2: float,
     config: CheckConfig | None = None,
+    phase: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, StreamCheck]:
-    """Apply the checks to an odometry stream ``stamp_ns`` (N,), ``state`` (N, 13).
+    """Apply the checks to an odometry stream ``stamp_ns`` (N,), ``state`` (N, 13) and its
+    flight ``phase`` (N,) (see :class:`~.streams.FlightStreams`; None: all in flight).
 
     Returns the kept stamps (K,), states (K, 13, quaternions unit), a mask ``breaks`` (K - 1,)
     true where a segment ends between sample i and i + 1, and the counts.
@@ -124,13 +128,16 @@ def check_odometry(
     config = config or CheckConfig()
     config.validate()
     check = StreamCheck(stream="odometry", samples=len(stamp_ns))
+    phase = np.zeros(len(stamp_ns), np.int64) if phase is None else phase
+    flying = phase >= 0
+    check.add("not_flying", int((~flying).sum()))
     finite = np.isfinite(state).all(axis=1)
-    check.add("non_finite", int((~finite).sum()))
+    check.add("non_finite", int((flying & ~finite).sum()))
     norm = np.linalg.norm(np.where(finite[:, None], state[:, QUAT], 1.0), axis=1)
     off = np.abs(norm - 1.0)
     good_quat = off <= config.quaternion_reject
-    check.add("bad_quaternion", int((finite & ~good_quat).sum()))
-    valid = finite & good_quat
+    check.add("bad_quaternion", int((flying & finite & ~good_quat).sum()))
+    valid = flying & finite & good_quat
     index = np.flatnonzero(valid)
     index = index[_stamp_order(stamp_ns[index], check)]
     stamps, states = stamp_ns[index].copy(), state[index].copy()
@@ -148,10 +155,12 @@ def check_odometry(
         )
         allowed_m = 0.5 * max_accel_mps2 * step_s**2 + config.position_jump_m
         teleport = ~gap & ~jump & (unexplained_m > allowed_m)
+        changed = np.diff(phase[index]) != 0
         check.add("gap", int(gap.sum()))
         check.add("implausible_acceleration", int(jump.sum()))
         check.add("position_jump", int(teleport.sum()))
-        breaks = gap | jump | teleport
+        check.add("phase_change", int((changed & ~gap).sum()))
+        breaks = gap | jump | teleport | changed
     check.kept = len(stamps)
     return stamps, states, breaks, check
 

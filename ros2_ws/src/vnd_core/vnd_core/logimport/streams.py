@@ -23,6 +23,9 @@ class FlightStreams:
     command_stamp_ns: np.ndarray  # (M,) int64, stamp of each command [ns]
     command: np.ndarray  # (M, 4) float64, collective thrust [N], body rates [rad/s] FLU
     substitutions: list[str] = field(default_factory=list)  # streams made up, and from what
+    # (N,) int flight phase of each odometry sample (a mode, say): a change splits the
+    # segment, -1 marks samples not in flight (on the ground, disarmed); None: all in flight
+    phase: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.state_stamp_ns = np.asarray(self.state_stamp_ns, dtype=np.int64)
@@ -34,3 +37,7 @@ class FlightStreams:
             raise ValueError(f"{self.source}: state must be ({n}, 13), got {self.state.shape}")
         if self.command.shape != (m, 4):
             raise ValueError(f"{self.source}: command must be ({m}, 4), got {self.command.shape}")
+        if self.phase is not None:
+            self.phase = np.asarray(self.phase, dtype=np.int64)
+            if self.phase.shape != (n,):
+                raise ValueError(f"{self.source}: phase must be ({n},), got {self.phase.shape}")

@@ -9,7 +9,10 @@ Topics read (first instance of each):
 - ``vehicle_rates_setpoint``: ``roll pitch yaw`` [rad/s], body FRD; its samples are the command
   stamps;
 - ``vehicle_thrust_setpoint``: ``xyz[2]``, normalised thrust along body z (negative up). When
-  the log lacks it, ``vehicle_rates_setpoint.thrust_body[2]`` stands in (and the report says so).
+  the log lacks it, ``vehicle_rates_setpoint.thrust_body[2]`` stands in (and the report says so);
+- ``vehicle_status`` (``arming_state``, ``nav_state``) and ``vehicle_land_detected``
+  (``landed``), when logged: odometry samples count as flight only while armed and not landed,
+  and a change of ``nav_state`` (the flight mode) splits the segment.
 
 Attitude and body rates are interpolated onto the position stamps (the attitude on the nearer
 hemisphere, renormalised); odometry samples outside the span of any of the three topics are not
@@ -35,7 +38,10 @@ TOPICS = (
     "vehicle_angular_velocity",
     "vehicle_rates_setpoint",
     "vehicle_thrust_setpoint",
+    "vehicle_status",
+    "vehicle_land_detected",
 )
+ARMING_STATE_ARMED = 2  # vehicle_status.arming_state of an armed vehicle
 _NS_PER_US = 1000
 
 
@@ -143,7 +149,11 @@ def read_ulog(path: str | Path, vehicle: VehicleParams) -> FlightStreams:
             "thrust: vehicle_rates_setpoint.thrust_body (no vehicle_thrust_setpoint)"
         )
     command_frd = np.concatenate([(normalised * vehicle.thrust_max_n)[:, None], rates_frd], axis=1)
+    phase = _flight_phase(data, t_us, path)
+    if phase is None:
+        substitutions.append("flight phase: every sample counts as flight (no vehicle_status)")
     return FlightStreams(
+        phase=phase,
         source=str(path),
         state_stamp_ns=t_us * _NS_PER_US,
         state=state_to_enu_flu(state_ned, "ned_frd"),
@@ -151,3 +161,28 @@ def read_ulog(path: str | Path, vehicle: VehicleParams) -> FlightStreams:
         command=command_to_flu(command_frd, "ned_frd"),
         substitutions=substitutions,
     )
+
+
+def _held(stamps_us: np.ndarray, values: np.ndarray, t_us: np.ndarray, before: int) -> np.ndarray:
+    """``values`` last logged at or before each of ``t_us``; ``before`` ahead of the first."""
+    index = np.searchsorted(stamps_us, t_us, side="right") - 1
+    return np.where(index >= 0, values[np.maximum(index, 0)], before)
+
+
+def _flight_phase(data: dict, t_us: np.ndarray, path: Path) -> np.ndarray | None:
+    """nav_state while armed and not landed, -1 otherwise, at ``t_us``; None without status."""
+    if "vehicle_status" not in data:
+        return None
+    status = data["vehicle_status"]
+    status_us = np.asarray(status["timestamp"], dtype=np.int64)
+    armed_state, nav_state = _columns(
+        status, ["arming_state", "nav_state"], path, "vehicle_status"
+    ).T
+    armed = _held(status_us, armed_state.astype(np.int64), t_us, 0) == ARMING_STATE_ARMED
+    phase = _held(status_us, nav_state.astype(np.int64), t_us, -1)
+    if "vehicle_land_detected" in data:
+        land = data["vehicle_land_detected"]
+        land_us = np.asarray(land["timestamp"], dtype=np.int64)
+        landed = _columns(land, ["landed"], path, "vehicle_land_detected")[:, 0].astype(np.int64)
+        armed &= _held(land_us, landed, t_us, 1) == 0
+    return np.where(armed, phase, -1)

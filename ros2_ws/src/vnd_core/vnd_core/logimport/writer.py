@@ -160,7 +160,7 @@ def resample(
     config = config or ImportConfig()
     limit = max_acceleration_mps2(vehicle, config.checks)
     stamps, states, breaks, odometry = check_odometry(
-        streams.state_stamp_ns, streams.state, limit, config.checks
+        streams.state_stamp_ns, streams.state, limit, config.checks, streams.phase
     )
     command_ns, commands, command_check = check_commands(streams.command_stamp_ns, streams.command)
     resampling = StreamCheck(stream="ticks", samples=0)
