@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from vnd_core.logimport.csvlog import CsvLogError, load_mapping, read_csv_log
+from vnd_core.logimport.csvlog import CsvLogError, CsvMapping, load_mapping, read_csv_log
 from vnd_core.logimport.rosbag2log import VELOCITY_FRAMES, Rosbag2LogError, read_rosbag2_log
 from vnd_core.logimport.streams import FlightStreams
 from vnd_core.logimport.ulog import UlogError, read_ulog
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def read_log(
-    source: Path, vehicle: VehicleParams, args: argparse.Namespace, mapping
+    source: Path, vehicle: VehicleParams, args: argparse.Namespace, mapping: CsvMapping | None
 ) -> FlightStreams:
     """The streams of ``source``, its format told by its name: a .csv or .ulg file, or a
     rosbag2 bag (its folder, or a .mcap / .db3 file in it)."""
