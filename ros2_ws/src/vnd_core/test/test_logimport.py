@@ -775,3 +775,14 @@ def test_px4_ulog_keeps_flight_only_and_splits_at_mode_changes(flight, tmp_path,
     after = np.searchsorted(stamps, at_us[2] * 1000)
     assert stamps[after] - stamps[after - 1] > 1.5 * TICK_NS
     assert "not_flying: 150" in capsys.readouterr().out
+
+
+def test_a_truncated_rosbag2_file_is_refused_naming_it(flight, tmp_path, capsys):
+    bag = _write_rosbag2(tmp_path / "torn", flight, StoragePlugin.MCAP, ODOMETRY, CTBR)
+    (mcap,) = bag.glob("*.mcap")
+    mcap.write_bytes(mcap.read_bytes()[: mcap.stat().st_size // 2])
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(bag), "--vehicle", "agile", "--out", str(out)]) == 1
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert line.startswith(f"vnd import: {bag}: cannot read bag")
+    assert not (out / "torn").exists()
