@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rosbags.rosbag2 import StoragePlugin, Writer
 from vnd_core.bundle import Bundle, load_bundle, save_bundle, shipped_bundle_path
 from vnd_core.commands import learn, model_eval
@@ -786,3 +788,22 @@ def test_a_truncated_rosbag2_file_is_refused_naming_it(flight, tmp_path, capsys)
     (line,) = capsys.readouterr().out.strip().splitlines()
     assert line.startswith(f"vnd import: {bag}: cannot read bag")
     assert not (out / "torn").exists()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    quat=st.lists(st.floats(-1.0, 1.0), min_size=4, max_size=4).filter(
+        lambda q: sum(x * x for x in q) > 0.01
+    ),
+    vector=st.lists(st.floats(-10.0, 10.0), min_size=3, max_size=3),
+)
+def test_ned_frd_conversion_property(quat, vector):
+    """Any attitude and body vector: the converted attitude maps the converted body vector onto
+    the converted world vector, and converting twice gives the same rotation back."""
+    q = np.array([quat]) / np.linalg.norm(quat)
+    v = np.array([vector])
+    q_enu = quat_ned_frd_to_enu_flu(q)
+    expected = ned_to_enu(rotate_np(rotmat_np(q), v))
+    assert np.allclose(rotate_np(rotmat_np(q_enu), frd_to_flu(v)), expected, atol=1e-9)
+    back = quat_ned_frd_to_enu_flu(q_enu)
+    assert abs(abs(float((back * q).sum())) - 1.0) < 1e-12
