@@ -6,8 +6,9 @@ The loop runs the nodes' logic at 1 ms resolution without middleware: the simula
 stepped every 2 ms with its 100 Hz motion capture, the pose filter, odometry arriving 1 ms after its
 stamp, the policy node's event-driven tick (a sample stamped at least ``min_tick_interval_s``
 after the last tick's) and its watchdog deadline (a tick when none came for a period plus
-``tick_margin_s``, then one per period), and each command reaching the plant 1 ms after the tick. The encoder is
-left out (the policy flies on z = 0), so what is measured is the safety layer's own doing.
+``tick_margin_s``, then one per period), and each command reaching the plant 1 ms after the
+tick. The encoder is left out (the policy flies on z = 0), so what is measured is the safety
+layer's own doing.
 
 Faults (``vnd_core.evaluation.odometry_faults``) act on the odometry from the fault to the end.
 
