@@ -127,12 +127,22 @@ class Peer(Node):
         ctypes.string_at(0)  # SIGSEGV inside C code, like a faulty extension
 
     def _ready(self, topic: str) -> None:
+        """Print READY from the first timer callback: once the node spins, so a test's signal
+        cannot land while spin() is still building its executor (rclpy then prints an
+        'Exception ignored' traceback from the half-built executor)."""
         guid = "rclpy"  # rclpy does not expose its participant's GUID
         if BACKEND == "dds":
             from vnd_ros.dds_node import get_default_context
 
             guid = get_default_context().participant.get_guid().bytes.hex()
-        print(f"READY {guid} {self.get_fully_qualified_name()} {topic}", flush=True)
+        line = f"READY {guid} {self.get_fully_qualified_name()} {topic}"
+        timer = None
+
+        def announce() -> None:
+            timer.cancel()
+            print(line, flush=True)
+
+        timer = self.create_timer(0.001, announce)
 
 
 def main(args: list[str] | None = None) -> int:

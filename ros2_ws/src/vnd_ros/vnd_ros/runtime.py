@@ -85,6 +85,8 @@ if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
         # context down here: rclpy's own handler also raises KeyboardInterrupt, which, landing
         # inside the executor's C++ dispatch of a callback, comes out as a RuntimeError
         # ("Unable to convert call argument") instead of a clean stop.
+        if not node.context.ok():  # a signal came before the spin: nothing to build
+            return
         executor = node_executor()
         executor.add_node(node)
         context = executor.context
