@@ -105,7 +105,7 @@ def judge(s, fault_ns: int) -> dict:
     horizontal = np.linalg.norm(truth[:, :2] - truth[0, :2], axis=1)
     final = truth[-1]
     c = SafetyConfig()
-    landed = abs(final[2] - c.floor_z_m) < 1e-6 and float(np.linalg.norm(final[7:10])) == 0.0
+    landed = bool(abs(final[2] - c.floor_z_m) < 1e-6 and np.linalg.norm(final[7:10]) == 0.0)
     inside = bool(
         np.all(final[0:3] >= np.array(c.geofence_min_m))
         and np.all(final[0:3] <= np.array(c.geofence_max_m))
