@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-PKGS := vnd_core vnd_ros vnd_encoder vnd_policy vnd_learner vnd_sim vnd_bridges
+PKGS := vnd_core vnd_flight vnd_ros vnd_encoder vnd_policy vnd_learner vnd_sim vnd_bridges vnd_tools
 STAMP := $(VENV)/.installed
 # rclpy from the ROS 2 Jazzy PyPI wheels plus vnd_msgs built for it (scripts/ros_wheels.py).
 ROS_STAMP := $(VENV)/.ros-msgs.stamp

@@ -14,7 +14,7 @@ the publication of the command answering it (``p50_ms`` / ``p99_ms``; both ends 
 source timestamps on this host's clock, read by a Cyclone reader of ``vnd fly`` that sees
 either vendor's writers), the same from the odometry's publication (``from_odom_publication``),
 and the policy ticks later than 1.5 control periods (``late_ticks``). ``vnd fly`` runs a
-SCHED_FIFO 99 probe pinned to each CPU (``vnd_core.flight.hoststall``): a late tick during which
+SCHED_FIFO 99 probe pinned to each CPU (``vnd_tools.hoststall``): a late tick during which
 one CPU lost at least half as much time to host stalls as the tick was late counts as the
 host's (``late_ticks_host``), the rest are the stack's own (``late_ticks_stack``).
 
@@ -124,7 +124,7 @@ def fly(
 ) -> dict:
     """One ``vnd fly --middleware`` flight; its summary (or why there is none)."""
     command = [
-        sys.executable, "-m", "vnd_ros.cli", "fly", "--scenario", str(scenario),
+        sys.executable, "-m", "vnd_tools.cli", "fly", "--scenario", str(scenario),
         "--middleware", middleware, "--out", str(out), "--timeout", str(duration_s + 180.0),
         "--vehicle", vehicle,
     ]  # fmt: skip

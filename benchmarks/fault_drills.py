@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from vnd_core.evaluation.fault_flight import FLIGHT_STATES, LEVEL_DEG, SCENARIO_NAMES, WIND_SCENARIO
-from vnd_core.evaluation.odometry_faults import FAULTS
-from vnd_core.flight.blind import tilt_rad
-from vnd_core.flight.safety import Mode, SafetyConfig
+from vnd_flight.blind import tilt_rad
+from vnd_flight.fault_flight import FLIGHT_STATES, LEVEL_DEG, SCENARIO_NAMES, WIND_SCENARIO
+from vnd_flight.odometry_faults import FAULTS
+from vnd_flight.safety import Mode, SafetyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "ros2_ws" / "src" / "vnd_policy" / "test" / "flight_harness.py"

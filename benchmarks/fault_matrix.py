@@ -2,7 +2,7 @@
 seeds, judged on the simulated vehicle's ground truth, with an ideal cut to a level hover
 flown beside it for comparison.
 
-Each flight is ``vnd_core.evaluation.fault_flight.fly_fault``: the stack's pose filter and
+Each flight is ``vnd_flight.fault_flight.fly_fault``: the stack's pose filter and
 policy tick (with the safety filter) fly the true plant in simulated time at 1 ms resolution,
 the shipped base bundle flying, the fault injected into the odometry at ``warmup_s`` (for the
 figure-eight at the next instant of peak reference speed). ``stop_mid_swap`` is odometry
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path
-from vnd_core.evaluation.fault_flight import FLIGHT_STATES, FaultFlight, fly_fault
-from vnd_core.evaluation.odometry_faults import FAULTS
 from vnd_core.vehicle import load_vehicle
+from vnd_flight.fault_flight import FLIGHT_STATES, FaultFlight, fly_fault
+from vnd_flight.odometry_faults import FAULTS
 
 # (label, fault, swap_at_fault): every odometry fault, and odometry lost during a bundle swap
 CASES = [(fault, fault, False) for fault in FAULTS] + [("stop_mid_swap", "stop", True)]

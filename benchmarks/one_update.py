@@ -31,8 +31,8 @@ from vnd_core.learner.settings import (
     parse_assignments,
     with_overrides,
 )
-from vnd_core.learner_store.replay_store import ReplayStore, StoreTopic
 from vnd_core.scenario import Phase, Scenario, WindEvent, load_scenario
+from vnd_flight.learner_store.replay_store import ReplayStore, StoreTopic
 from vnd_learner.records import TRANSITION_TYPE, key_of_cdr, records_from_cdr
 from vnd_ros.messages import message_definition, type_hash
 

@@ -8,7 +8,7 @@ safety filter, command and tick record built and published) with the thread's CP
 - ``cold``: one tick every ``--gap-ms`` of sleep, as in flight (50 Hz), where the caches have
   been taken by other work in between;
 - ``rehearsed``: as ``cold``, with the node's cache-warming rehearsal run ``--lead-ms`` before
-  each tick (``vnd_core.flight.rehearsal``).
+  each tick (``vnd_flight.rehearsal``).
 
 Prints one JSON object last: {"hot_p50_us", "cold_p50_us", "rehearsed_p50_us", ... p90 ...}.
 """
@@ -32,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("VND_MIDDLEWARE", "dds")
     import torch
-    from vnd_core.flight.msgfields import set_stamp
+    from vnd_flight.msgfields import set_stamp
     from vnd_policy.policy_node import PolicyNode
     from vnd_ros.messages import get_message
     from vnd_ros.runtime import init, shutdown

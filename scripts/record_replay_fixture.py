@@ -59,7 +59,7 @@ def main() -> int:
     os.environ.setdefault("VND_MIDDLEWARE", "dds")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from vnd_core.bundle import shipped_bundle_path
-    from vnd_ros.commands import fly
+    from vnd_tools.commands import fly
 
     bundle = (args.bundle or shipped_bundle_path()).resolve()
     with tempfile.TemporaryDirectory(prefix="vnd_replay_fixture_") as tmp:

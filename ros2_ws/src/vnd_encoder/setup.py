@@ -12,7 +12,7 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE_NAME]),
         ("share/" + PACKAGE_NAME, ["package.xml"]),
     ],
-    install_requires=["vnd_core", "vnd_ros"],
+    install_requires=["vnd_core", "vnd_flight", "vnd_ros"],
     zip_safe=True,
     maintainer="VND flight stack developers",
     license="Apache-2.0",

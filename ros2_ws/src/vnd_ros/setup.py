@@ -26,8 +26,6 @@ setup(
     license="Apache-2.0",
     tests_require=["pytest"],
     entry_points={
-        "console_scripts": [
-            "vnd = vnd_ros.cli:main",
-        ],
+        "console_scripts": [],
     },
 )

@@ -6,15 +6,15 @@ import math
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from vnd_core.bridges.gate import CommandGate, CtbrSample, StreamMonitor, Verdict
-from vnd_core.bridges.mavros import IGNORE_ATTITUDE, MavrosBridge, ctbr_to_attitude_target
-from vnd_core.bridges.px4 import (
+from vnd_flight.bridges.gate import CommandGate, CtbrSample, StreamMonitor, Verdict
+from vnd_flight.bridges.mavros import IGNORE_ATTITUDE, MavrosBridge, ctbr_to_attitude_target
+from vnd_flight.bridges.px4 import (
     Px4Bridge,
     ctbr_to_px4,
     px4_timestamp_us,
     px4_topic,
 )
-from vnd_core.bridges.thrust import ThrustModel
+from vnd_flight.bridges.thrust import ThrustModel
 from vnd_ros.messages import get_message
 
 CTBR = get_message("vnd_msgs/msg/CtbrCommand")

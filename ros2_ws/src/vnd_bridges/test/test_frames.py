@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from transforms3d import euler, quaternions
-from vnd_core.bridges import frames
+from vnd_flight.bridges import frames
 
 finite = st.floats(min_value=-1e3, max_value=1e3, allow_nan=False)
 vectors = st.tuples(finite, finite, finite).map(np.array)

@@ -11,14 +11,14 @@ import pytest
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from vnd_bridges.mavros_bridge_node import fill_attitude_target
 from vnd_bridges.px4_bridge_node import fill_message
-from vnd_core.bridges.gate import CtbrSample
-from vnd_core.bridges.mavros import IGNORE_ATTITUDE, ctbr_to_attitude_target
-from vnd_core.bridges.px4 import (
+from vnd_flight.bridges.gate import CtbrSample
+from vnd_flight.bridges.mavros import IGNORE_ATTITUDE, ctbr_to_attitude_target
+from vnd_flight.bridges.px4 import (
     OffboardControlModeFields,
     VehicleRatesSetpointFields,
     ctbr_to_px4,
 )
-from vnd_core.bridges.thrust import ThrustModel
+from vnd_flight.bridges.thrust import ThrustModel
 from vnd_ros import messages
 
 MSG_DEFS = Path(__file__).resolve().parents[2] / "vnd_ros/vnd_ros/msg_defs"

@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from vnd_core.bridges.gate import CommandGate, CtbrSample, StreamMonitor, Verdict
-from vnd_core.bridges.thrust import ThrustModel
 from vnd_core.config_io import ConfigError, read_yaml, resolve_named
 from vnd_core.units import NS_PER_S
+from vnd_flight.bridges.gate import CommandGate, CtbrSample, StreamMonitor, Verdict
+from vnd_flight.bridges.thrust import ThrustModel
 from vnd_ros.params import param
 
 CTBR_COMMAND_TYPE = "vnd_msgs/msg/CtbrCommand"

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from vnd_core.bridges.mavros import ATTITUDE_TARGET_TOPIC, AttitudeTargetFields, MavrosBridge
 from vnd_core.units import NS_PER_S
+from vnd_flight.bridges.mavros import ATTITUDE_TARGET_TOPIC, AttitudeTargetFields, MavrosBridge
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data

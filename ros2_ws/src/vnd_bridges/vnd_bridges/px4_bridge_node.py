@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vnd_core.bridges.px4 import (
+from vnd_flight.bridges.px4 import (
     OFFBOARD_CONTROL_MODE_TOPIC,
     VEHICLE_RATES_SETPOINT_TOPIC,
     Px4Bridge,

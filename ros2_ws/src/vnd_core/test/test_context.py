@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from vnd_core.flight.context import (
+from vnd_core.context import (
     BREAK_GAP,
     BREAK_NO_ACTION,
     BREAK_NON_FINITE,

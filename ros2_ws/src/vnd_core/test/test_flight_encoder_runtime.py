@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vnd_core.flight.encoder_runtime import NON_FINITE_ODOM, UNPAIRED_COMMAND, LatentEstimator
+from vnd_core.latent_estimator import NON_FINITE_ODOM, UNPAIRED_COMMAND, LatentEstimator
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import VNDModel, VNDModelConfig
 

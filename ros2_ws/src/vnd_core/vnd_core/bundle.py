@@ -10,7 +10,7 @@ Layout of a bundle file (docs/architecture.md, "Checkpoints"):
   ``summary`` (training summary) and ``sha256``; optional (bundles written before them load
   with ``""``): ``parent_sha256`` (the parent bundle's ``sha256``: lineage by content) and
   ``lineage`` (id of the learner run the bundle descends from, see
-  :mod:`vnd_core.flight.hotswap` for how nodes order learner bundles by it).
+  :mod:`vnd_flight.hotswap` for how nodes order learner bundles by it).
 
 Identity: a bundle is its ``sha256``. ``version`` is a per-run counter and label: two runs
 both have a "version 10", and nothing may assume a version number names one bundle.

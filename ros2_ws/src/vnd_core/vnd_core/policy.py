@@ -345,7 +345,7 @@ def reference_numpy(spec: ReferenceSpec, times_s: np.ndarray) -> np.ndarray:
     The batch-1 twin of :meth:`Trajectory.sample` (tests check they agree) for the control
     tick, where L is 1 + the look-ahead count: scalar arithmetic and one array at the end,
     because each small numpy call costs more than its arithmetic (several times more when the
-    tick's code has left the CPU caches, see ``vnd_core.flight.rehearsal``).
+    tick's code has left the CPU caches, see ``vnd_flight.rehearsal``).
     """
     kind = KINDS.index(spec.kind)
     omega = 2.0 * math.pi / spec.period_s

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from vnd_core.flight.msgfields import set_stamp, stamp_ns
+from vnd_flight.msgfields import set_stamp, stamp_ns
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profile_status
 
 MAX_GAP_MS = 150.0

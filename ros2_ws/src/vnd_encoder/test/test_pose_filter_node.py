@@ -6,7 +6,7 @@ import json
 import math
 import time
 
-from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_ros.qos import qos_profile_sensor_data, qos_profile_status
 
 SPEED_MPS = 1.0  # along world x

@@ -23,13 +23,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from vnd_core.bundle import BundleError, shipped_bundle_path
-from vnd_core.flight.bundle_runtime import BundleRuntime, encoder_validator
-from vnd_core.flight.checkpoint_endpoint import CheckpointEndpoint
-from vnd_core.flight.encoder_runtime import LatentEstimator
-from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
-from vnd_core.flight.realtime import request_realtime
-from vnd_core.flight.stats import LatencyWindow, RateEstimator, TickMonitor
+from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.vehicle import load_vehicle
+from vnd_flight.bundle_runtime import BundleRuntime, encoder_validator
+from vnd_flight.checkpoint_endpoint import CheckpointEndpoint
+from vnd_flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_flight.realtime import request_realtime
+from vnd_flight.stats import LatencyWindow, RateEstimator, TickMonitor
 from vnd_ros.messages import get_message
 from vnd_ros.params import ParameterError, freeze_parameters, param
 from vnd_ros.qos import (

@@ -4,8 +4,8 @@ Subscribes ``mocap/pose`` (geometry_msgs/PoseStamped, sensor QoS, 100-360 Hz) an
 ``odom`` (nav_msgs/Odometry, sensor QoS) with the stamp of the pose it includes. Frames: header
 ``world`` (ENU), child ``base_link`` (FLU); ``twist.linear`` is the velocity in the **world**
 frame (the stack's state layout), ``twist.angular`` the body rates (see
-``vnd_core.flight.msgfields``). Bad poses (non-finite, non-unit quaternion, repeated or
-out-of-order stamps, position jumps) are rejected by ``vnd_core.flight.PoseFilter``, counted,
+``vnd_flight.msgfields``). Bad poses (non-finite, non-unit quaternion, repeated or
+out-of-order stamps, position jumps) are rejected by ``vnd_flight.PoseFilter``, counted,
 and summarised in the log at most once per ``log_period_s``. ``vnd/node_status`` at 1 Hz.
 With ``use_rate_commands``, ``vnd/command`` (CtbrCommand, sensor QoS) feeds the commanded body
 rates to the filter's rate prediction, through the rate-loop time constant of ``vehicle``.
@@ -18,11 +18,11 @@ import json
 from dataclasses import dataclass, field
 
 from vnd_core.config_io import ConfigError
-from vnd_core.flight.msgfields import fill_odometry, pose_fields, set_stamp, stamp_ns
-from vnd_core.flight.pose_filter import PoseFilter, PoseFilterConfig
-from vnd_core.flight.realtime import request_realtime
-from vnd_core.flight.stats import LatencyWindow, RateEstimator
 from vnd_core.vehicle import load_vehicle
+from vnd_flight.msgfields import fill_odometry, pose_fields, set_stamp, stamp_ns
+from vnd_flight.pose_filter import PoseFilter, PoseFilterConfig
+from vnd_flight.realtime import request_realtime
+from vnd_flight.stats import LatencyWindow, RateEstimator
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_sensor_data, qos_profile_status

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rosbags.typesys import Stores, get_typestore
-from vnd_core.learner_store.replay_store import StoreTopic
+from vnd_flight.learner_store.replay_store import StoreTopic
 
 
 def string_topic() -> StoreTopic:

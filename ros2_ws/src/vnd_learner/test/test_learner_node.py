@@ -139,7 +139,7 @@ def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
     import re
 
     from vnd_core.bundle import bundle_to_bytes, load_bundle
-    from vnd_core.learner_store.registry import BundleRegistry
+    from vnd_flight.learner_store.registry import BundleRegistry
     from vnd_ros.qos import qos_profile_model
 
     run_dir = tmp_path / "run"
@@ -186,10 +186,10 @@ def test_a_bundle_the_policy_node_refuses_shows_in_learner_status(
 
     import torch
     from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle, shipped_bundle_path
-    from vnd_core.learner_store.registry import BundleRegistry
-    from vnd_core.preflight import LearnerReport, PreflightThresholds, check_learner
+    from vnd_flight.learner_store.registry import BundleRegistry
     from vnd_ros.client import LearnerHealth
-    from vnd_ros.commands.status import StatusView, format_table
+    from vnd_tools.commands.status import StatusView, format_table
+    from vnd_tools.preflight import LearnerReport, PreflightThresholds, check_learner
 
     shipped = load_bundle(shipped_bundle_path())
     policy = copy.deepcopy(shipped.policy)

@@ -162,7 +162,7 @@ def test_the_typed_file_round_trips_and_names_what_is_wrong(tmp_path: Path) -> N
 def test_worker_process_refuses_a_config_file_with_a_mistyped_field(tmp_path: Path) -> None:
     from vnd_core.bundle import shipped_bundle_path
     from vnd_core.learner.settings import write_config_file
-    from vnd_core.learner_store.ipc import read_frame
+    from vnd_flight.learner_store.ipc import read_frame
 
     path = write_config_file(tmp_path / "learner_config.yaml", learner_preset("quick"), "quick")
     document = yaml.safe_load(path.read_text())

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from rosbags.highlevel import AnyReader
-from vnd_core.learner_store.ipc import FrameError, encode_frame, read_frame
-from vnd_core.learner_store.registry import BundleRegistry, RegistryError
-from vnd_core.learner_store.replay_store import ReplayStore, ReplayStoreError
+from vnd_flight.learner_store.ipc import FrameError, encode_frame, read_frame
+from vnd_flight.learner_store.registry import BundleRegistry, RegistryError
+from vnd_flight.learner_store.replay_store import ReplayStore, ReplayStoreError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from store_helpers import identity_key, string_cdr, string_topic
@@ -103,7 +103,7 @@ _KILLED_WRITER = textwrap.dedent(
     import os, signal, sys
     sys.path[:0] = {paths!r}
     from store_helpers import identity_key, string_cdr, string_topic
-    from vnd_core.learner_store.replay_store import ReplayStore
+    from vnd_flight.learner_store.replay_store import ReplayStore
     store = ReplayStore(
         sys.argv[1], string_topic(), identity_key, segment_max_messages=100_000,
         flush_period_s=1e6,  # chunks of flush_max_messages (1000) only: a known layout
@@ -158,7 +158,7 @@ _STREAMING_WRITER = textwrap.dedent(
     import sys, time
     sys.path[:0] = {paths!r}
     from store_helpers import identity_key, string_cdr, string_topic
-    from vnd_core.learner_store.replay_store import ReplayStore
+    from vnd_flight.learner_store.replay_store import ReplayStore
     store = ReplayStore(sys.argv[1], string_topic(), identity_key)  # the learner's defaults
     store.open()
     i = 0

@@ -11,7 +11,6 @@ from vnd_core.dynamics import NominalModel
 from vnd_core.learner import ContinualLearner, LearnerConfig
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.segmenter import to_segments
-from vnd_core.learner_store.ipc import Frame, read_frame
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
@@ -19,6 +18,7 @@ from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.fit import FitConfig
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 from vnd_core.vnd.synthetic import simulate_with_forces
+from vnd_flight.learner_store.ipc import Frame, read_frame
 from vnd_learner.worker import Channel, run_update
 
 VEHICLE = load_vehicle("agile")

@@ -18,7 +18,7 @@ Every accepted bundle is saved to the registry ``<run_dir>/bundles`` (``v0001.sa
 1). ``vnd/learner/status`` (LearnerStatus) goes out on every change and at 1 Hz.
 
 Refusals: the flight nodes answer every learner bundle on ``vnd/checkpoint/status`` under
-request id ``model:<version>`` (``vnd_core.flight.bundle_runtime.learner_request_id``). The
+request id ``model:<version>`` (``vnd_flight.bundle_runtime.learner_request_id``). The
 learner reads those answers: a refusal is logged and shows in LearnerStatus ``bundles_refused``,
 ``latest_refused`` (a node refused the newest published bundle for a reason other than its pin)
 and ``refusal`` (which node, which version, why), which ``vnd status`` prints and
@@ -43,8 +43,6 @@ from typing import Any
 
 from vnd_core.bundle import read_metadata, shipped_bundle_path
 from vnd_core.config_io import ConfigError
-from vnd_core.flight.bundle_runtime import learner_request_id
-from vnd_core.flight.msgfields import set_stamp, stamp_ns
 from vnd_core.learner import LearnerConfig
 from vnd_core.learner.records import TickRecords
 from vnd_core.learner.settings import (
@@ -55,10 +53,12 @@ from vnd_core.learner.settings import (
     learner_preset,
     write_config_file,
 )
-from vnd_core.learner_store.ipc import Frame
-from vnd_core.learner_store.registry import BundleRegistry, RegistryEntry, RegistryError
-from vnd_core.learner_store.replay_store import ReplayStore, ReplayStoreError, StoreTopic
 from vnd_core.wire import LearnerState
+from vnd_flight.bundle_runtime import learner_request_id
+from vnd_flight.learner_store.ipc import Frame
+from vnd_flight.learner_store.registry import BundleRegistry, RegistryEntry, RegistryError
+from vnd_flight.learner_store.replay_store import ReplayStore, ReplayStoreError, StoreTopic
+from vnd_flight.msgfields import set_stamp, stamp_ns
 from vnd_ros.messages import get_message, message_definition, serialize, type_hash
 from vnd_ros.parameter import ParameterType
 from vnd_ros.params import ParameterError, freeze_parameters, param, parameter_names

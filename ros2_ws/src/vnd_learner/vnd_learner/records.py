@@ -11,10 +11,10 @@ import struct
 from typing import Any
 
 import numpy as np
-from vnd_core.flight.msgfields import stamp_ns
 from vnd_core.learner.records import TickRecords
 from vnd_core.state import ACTION_DIM, STATE_DIM
 from vnd_core.units import NS_PER_S
+from vnd_flight.msgfields import stamp_ns
 from vnd_ros.messages import deserialize, get_message
 
 TRANSITION_TYPE = "vnd_msgs/msg/Transition"

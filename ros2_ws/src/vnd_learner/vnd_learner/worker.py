@@ -6,7 +6,7 @@ node, every LearnerConfig field typed and checked: :mod:`vnd_core.learner.settin
 lowers its priority (``os.nice``, and on Linux the SCHED_IDLE class: it runs only on CPU time
 no flight process wants, so training never delays a control tick), runs torch on one thread,
 and talks to the node over its stdin/stdout with the frames of
-:mod:`vnd_core.learner_store.ipc` (JSON header + numpy buffers, bundles as safetensors bytes;
+:mod:`vnd_flight.learner_store.ipc` (JSON header + numpy buffers, bundles as safetensors bytes;
 never pickle). Stray prints cannot corrupt the
 frame stream: file descriptor 1 is pointed at stderr once the frame channel has its own copy.
 
@@ -34,7 +34,7 @@ import time
 import traceback
 from typing import Any, BinaryIO
 
-from vnd_core.learner_store.ipc import Frame, FrameError, read_frame, write_frame
+from vnd_flight.learner_store.ipc import Frame, FrameError, read_frame, write_frame
 
 EXIT_ERROR = 2  # the learner could not start or failed repeatedly
 EXIT_PROTOCOL = 3  # the node sent something that is not a frame

@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 
 from vnd_core.learner.records import TickRecords
-from vnd_core.learner_store.ipc import Frame, FrameError, encode_frame, read_frame
+from vnd_flight.learner_store.ipc import Frame, FrameError, encode_frame, read_frame
 
 _THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 STOP_TIMEOUT_S = 3.0  # wait for a clean worker exit before killing it [s]

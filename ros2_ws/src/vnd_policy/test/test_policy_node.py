@@ -10,8 +10,8 @@ import time
 import numpy as np
 import torch
 from vnd_core.bundle import bundle_to_bytes, save_bundle
-from vnd_core.flight.msgfields import stamp_ns
-from vnd_core.flight.safety import Mode
+from vnd_flight.msgfields import stamp_ns
+from vnd_flight.safety import Mode
 from vnd_ros.qos import (
     qos_profile_default,
     qos_profile_model,
@@ -210,7 +210,7 @@ def test_checkpoint_requests_and_bad_bundles_while_flying(harness, bundles, midd
         time.sleep(0.3)
         # A load on the control thread (about a second each, with its smoke tests) would miss
         # about 50 ticks per bundle; the allowance covers a shared machine's vCPU steal, which
-        # held a tick past 1.5 periods twice in one full-suite run (vnd_core.flight.hostcpu).
+        # held a tick past 1.5 periods twice in one full-suite run (vnd_tools.hostcpu).
         assert status[-1][1].missed_ticks - missed_before <= 3
         assert json.loads(status[-1][1].counters_json)["bundle_rejections"] == 4
 

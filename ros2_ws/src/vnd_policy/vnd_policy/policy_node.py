@@ -15,7 +15,7 @@ small flight computer. Finished bundle loads are applied right after each tick's
 and in the watchdog callback (every 26 ms without odometry), so swaps happen between ticks.
 Operator arm / disarm requests (``vnd arm``, ``vnd disarm``: vnd/checkpoint/command) are
 decided and applied in their callback, between two ticks as well
-(``vnd_core.flight.arming``).
+(``vnd_flight.arming``).
 
 Topics (relative, in the vehicle namespace; see docs/topics.md):
     in   odom (nav_msgs/Odometry), vnd/latent, vnd/reference, vnd/model,
@@ -24,7 +24,7 @@ Topics (relative, in the vehicle namespace; see docs/topics.md):
          Transition per tick), vnd/checkpoint/status, vnd/node_status (1 Hz)
 
 Odometry with NaN/inf or a stamp not newer than the last one is dropped and counted. Bundles
-(learner, operator) are loaded and checked on a worker thread (``vnd_core.flight
+(learner, operator) are loaded and checked on a worker thread (``vnd_flight
 .bundle_runtime``); the tick never waits for a load.
 """
 
@@ -38,12 +38,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from vnd_core.behaviour import BehaviourCheckConfig
 from vnd_core.bundle import BundleError, shipped_bundle_path
 from vnd_core.config_io import ConfigError
-from vnd_core.flight.behaviour import BehaviourCheckConfig
-from vnd_core.flight.bundle_runtime import BundleRuntime, CheckpointReply, policy_validator
-from vnd_core.flight.checkpoint_endpoint import CheckpointEndpoint
-from vnd_core.flight.controller import (
+from vnd_core.reference import ReferenceSpec
+from vnd_core.scenario import load_scenario
+from vnd_core.units import NS_PER_S
+from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import CheckpointAction
+from vnd_flight.bundle_runtime import BundleRuntime, CheckpointReply, policy_validator
+from vnd_flight.checkpoint_endpoint import CheckpointEndpoint
+from vnd_flight.controller import (
     LATENT_MISMATCH,
     LATENT_MISSING,
     LATENT_SIZE,
@@ -53,10 +58,10 @@ from vnd_core.flight.controller import (
     PolicyController,
     TickRecord,
 )
-from vnd_core.flight.msgfields import odometry_state, set_stamp, stamp_ns
-from vnd_core.flight.realtime import request_realtime
-from vnd_core.flight.safety import EVENT_CRASH, Mode, ModeChange, SafetyConfig
-from vnd_core.flight.stats import (
+from vnd_flight.msgfields import odometry_state, set_stamp, stamp_ns
+from vnd_flight.realtime import request_realtime
+from vnd_flight.safety import EVENT_CRASH, Mode, ModeChange, SafetyConfig
+from vnd_flight.stats import (
     LatencyWindow,
     RateEstimator,
     ReasonCounter,
@@ -64,11 +69,6 @@ from vnd_core.flight.stats import (
     TickMonitor,
     late_tick_breakdown,
 )
-from vnd_core.reference import ReferenceSpec
-from vnd_core.scenario import load_scenario
-from vnd_core.units import NS_PER_S
-from vnd_core.vehicle import load_vehicle
-from vnd_core.wire import CheckpointAction
 from vnd_ros.messages import get_message
 from vnd_ros.params import ParameterError, freeze_parameters, param
 from vnd_ros.qos import (
@@ -281,7 +281,7 @@ class PolicyNode(Node):
         self.checkpoint.poll()
 
     def on_rehearse(self) -> None:
-        """Cache warming (``vnd_core.flight.rehearsal``): run the next tick's path on the
+        """Cache warming (``vnd_flight.rehearsal``): run the next tick's path on the
         newest odometry with every effect undone and nothing published, a lead time before
         the next sample is due (the timer restarts at every odometry tick)."""
         if self.odom is None:

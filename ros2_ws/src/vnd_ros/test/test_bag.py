@@ -21,7 +21,7 @@ from mcap.reader import make_reader
 from rosbags.highlevel import AnyReader
 from vnd_ros import messages
 from vnd_ros.bag import BagError, BagRecorder, bag_info, read_messages, read_raw
-from vnd_ros.cli import main as vnd_main
+from vnd_tools.cli import main as vnd_main
 
 TEST_DIR = Path(__file__).parent
 COUNT = 24  # messages per streamed topic
@@ -150,7 +150,7 @@ def test_play_round_trip_preserves_messages_and_timing(recorded, tmp_path):
     replayed = tmp_path / "replayed"
     recorder = BagRecorder(replayed, _topics(prefix), storage="sqlite3").start()
     try:
-        command = [sys.executable, "-m", "vnd_ros.cli", "bag", "play", str(bag)]
+        command = [sys.executable, "-m", "vnd_tools.cli", "bag", "play", str(bag)]
         command += ["--rate", str(PLAY_RATE), "--wait-for-subscribers", str(TIMEOUT_S)]
         player = subprocess.run(
             command,

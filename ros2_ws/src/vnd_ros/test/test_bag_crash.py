@@ -30,7 +30,7 @@ TEST_DIR = Path(__file__).resolve().parent
 
 def _vnd(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "vnd_ros.cli", "bag", *args],
+        [sys.executable, "-m", "vnd_tools.cli", "bag", *args],
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT_S,
@@ -56,7 +56,7 @@ def test_sigkilled_recording_is_recovered_up_to_the_last_flush(tmp_path, spawn_p
     talker.wait_line("READY")
     bag = tmp_path / "killed"
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "vnd_ros.cli", "bag", "record", "-o", str(bag), topic],
+        [sys.executable, "-m", "vnd_tools.cli", "bag", "record", "-o", str(bag), topic],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=dict(os.environ, PYTHONUNBUFFERED="1"),
@@ -122,7 +122,7 @@ def test_reindex_refuses_a_bag_being_recorded(tmp_path, spawn_peer):
     talker.wait_line("READY")
     bag = tmp_path / "live"
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "vnd_ros.cli", "bag", "record", "-o", str(bag), topic],
+        [sys.executable, "-m", "vnd_tools.cli", "bag", "record", "-o", str(bag), topic],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

@@ -63,7 +63,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
 
 def _inspect(path: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "vnd_ros.cli", "checkpoint", "inspect", str(path)],
+        [sys.executable, "-m", "vnd_tools.cli", "checkpoint", "inspect", str(path)],
         capture_output=True,
         text=True,
         env=dict(os.environ, OMP_NUM_THREADS="1"),

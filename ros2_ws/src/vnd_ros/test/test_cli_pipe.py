@@ -25,7 +25,7 @@ def test_topic_echo_into_a_closed_pipe_ends_quietly():
         assert talker.stdout.readline().startswith("STREAMING"), talker.stderr.read()
         echo_cmd = ["topic", "echo", f"{prefix}/chatter", "--timeout", str(TIMEOUT_S)]
         echo = subprocess.Popen(
-            [sys.executable, "-m", "vnd_ros.cli", *echo_cmd],
+            [sys.executable, "-m", "vnd_tools.cli", *echo_cmd],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
@@ -43,7 +43,7 @@ def test_topic_echo_into_a_closed_pipe_ends_quietly():
 def test_help_into_a_closed_pipe_ends_quietly():
     """The usual shell form: a pipeline whose reader exits after one line."""
     result = subprocess.run(
-        f"'{sys.executable}' -m vnd_ros.cli --help | head -c 1; exit ${{PIPESTATUS[0]}}",
+        f"'{sys.executable}' -m vnd_tools.cli --help | head -c 1; exit ${{PIPESTATUS[0]}}",
         shell=True,
         executable="/bin/bash",
         capture_output=True,

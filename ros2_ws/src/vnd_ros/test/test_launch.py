@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
-from vnd_ros.cli import main as vnd_main
 from vnd_ros.launch import LaunchError, LaunchService, parse_launch_file, resolve_launch
 from vnd_ros.launch.source import Location
 from vnd_ros.launch.substitutions import Scope, evaluate, parse_template, safe_eval
+from vnd_tools.cli import main as vnd_main
 
 FIXTURES = Path(__file__).parent / "launch_fixtures"
 PYTHON = sys.executable
@@ -67,7 +67,7 @@ def test_unknown_substitution_names_file_line_and_name(tmp_path):
 
 
 def test_unknown_attribute_names_file_line_and_attribute(tmp_path):
-    text = "launch:\n- node:\n    pkg: vnd_ros\n    exec: vnd\n    nmae: typo\n"
+    text = "launch:\n- node:\n    pkg: vnd_tools\n    exec: vnd\n    nmae: typo\n"
     path = _write(tmp_path, text)
     with pytest.raises(LaunchError) as err:
         parse_launch_file(path)
@@ -170,7 +170,7 @@ def test_features_resolve_like_ros2_launch():
         "eval_condition",
     ]
     policy = procs["policy"].cmd
-    assert policy[:2] == (PYTHON, "-c") and "from vnd_ros.cli import main" in policy[2]
+    assert policy[:2] == (PYTHON, "-c") and "from vnd_tools.cli import main" in policy[2]
     ros_args = list(policy[policy.index("--ros-args") :])
     assert policy[3] == "--help"  # args come before --ros-args
     assert ros_args[:5] == ["--ros-args", "-r", "__node:=policy", "-r", "__ns:=/fcu"]
@@ -207,7 +207,7 @@ def test_unscoped_group_leaks_and_cli_arguments_override(tmp_path):
     children:
     - let: {name: leaked, value: yes-$(var mode)}
     - push_ros_namespace: {namespace: outer}
-- node: {pkg: vnd_ros, exec: vnd, name: after, args: $(var leaked)}
+- node: {pkg: vnd_tools, exec: vnd, name: after, args: $(var leaked)}
 - executable: {cmd: echo $(var mode), name: show, unless: $(equals $(var mode) sim)}
 """
     path = _write(tmp_path, text)
@@ -241,7 +241,7 @@ def test_cli_print_and_show_args(capsys):
 
 
 def test_node_runs_through_its_console_script_entry_point(tmp_path):
-    text = "launch:\n- node:\n    pkg: vnd_ros\n    exec: vnd\n    name: helpnode\n"
+    text = "launch:\n- node:\n    pkg: vnd_tools\n    exec: vnd\n    name: helpnode\n"
     text += "    args: --help\n    output: screen\n"
     screen = io.StringIO()
     service = LaunchService.from_file(_write(tmp_path, text), {}, screen=screen, report=_quiet)
@@ -257,7 +257,7 @@ def _quiet(level: str, text: str) -> None:
 def test_two_node_launch_runs_two_processes_and_sigint_stops_both(tmp_path):
     """The CLI as an operator runs it: two OS processes, SIGINT stops both within 5 s."""
     log_dir = tmp_path / "log"
-    command = [PYTHON, "-m", "vnd_ros.cli", "launch", str(FIXTURES / "two_nodes.launch.yaml")]
+    command = [PYTHON, "-m", "vnd_tools.cli", "launch", str(FIXTURES / "two_nodes.launch.yaml")]
     command += [f"python:={PYTHON}", f"marker_dir:={tmp_path}", "--log-dir", str(log_dir)]
     launcher = subprocess.Popen(
         command,

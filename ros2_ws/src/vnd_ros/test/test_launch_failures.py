@@ -21,7 +21,7 @@ def _helper(label: str, marker_dir: Path, extra: str = "") -> str:
 
 
 def _run_vnd_launch(path: Path, log_dir: Path, timeout_s: float) -> subprocess.CompletedProcess:
-    command = [PYTHON, "-m", "vnd_ros.cli", "launch", str(path), "--log-dir", str(log_dir)]
+    command = [PYTHON, "-m", "vnd_tools.cli", "launch", str(path), "--log-dir", str(log_dir)]
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
 
 

@@ -22,7 +22,7 @@ HEAR_TIMEOUT_S = 30.0  # two interpreters start and discover each other on a bus
 
 def test_launched_nodes_talk_and_sigint_stops_both(middleware):
     topic = f"/launch_peers_{uuid.uuid4().hex[:8]}"
-    command = [sys.executable, "-m", "vnd_ros.cli", "launch", str(PEERS_LAUNCH)]
+    command = [sys.executable, "-m", "vnd_tools.cli", "launch", str(PEERS_LAUNCH)]
     command += [f"python:={sys.executable}", f"topic:={topic}"]
     env = dict(os.environ, VND_MIDDLEWARE=middleware, PYTHONUNBUFFERED="1")
     launcher = subprocess.Popen(

@@ -20,7 +20,7 @@ def _node_file(tmp_path: Path, extra: str) -> Path:
     text = (
         "launch:\n"  # 1
         "- node:\n"  # 2
-        "    pkg: vnd_ros\n"  # 3
+        "    pkg: vnd_tools\n"  # 3
         "    exec: vnd\n"  # 4
         "    name: learner\n"  # 5
         f"{extra}"  # 6...
@@ -212,7 +212,7 @@ def test_the_accepted_spellings_of_the_same_attributes_resolve(tmp_path):
     on_exit: shutdown
     if: "true"
 - node:
-    pkg: vnd_ros
+    pkg: vnd_tools
     exec: vnd
     name: learner
     output: screen

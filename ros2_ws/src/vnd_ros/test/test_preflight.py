@@ -142,7 +142,7 @@ def outcomes(tmp_path_factory) -> Iterator[dict[str, Outcome]]:
             args = [
                 sys.executable,
                 "-m",
-                "vnd_ros.cli",
+                "vnd_tools.cli",
                 "preflight",
                 "--vehicle",
                 vehicle,
@@ -237,7 +237,7 @@ def test_missing_learner_fails(outcomes) -> None:
 
 def test_inconsistent_thresholds_are_a_usage_error(capsys) -> None:
     """Checked before the middleware starts (in-process: no DDS participant is created)."""
-    from vnd_ros.commands import preflight
+    from vnd_tools.commands import preflight
 
     parser = argparse.ArgumentParser()
     preflight.add_arguments(parser)
@@ -247,7 +247,7 @@ def test_inconsistent_thresholds_are_a_usage_error(capsys) -> None:
 
 
 def test_topics_resolve_in_the_vehicle_namespace() -> None:
-    from vnd_ros.commands import preflight
+    from vnd_tools.commands import preflight
 
     parser = argparse.ArgumentParser()
     preflight.add_arguments(parser)

@@ -73,7 +73,7 @@ def responders() -> Iterator[list[Responder]]:
 
 def vnd(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "vnd_ros.cli", *args],
+        [sys.executable, "-m", "vnd_tools.cli", *args],
         capture_output=True,
         text=True,
         env=_env(),

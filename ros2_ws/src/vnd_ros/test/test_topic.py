@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from vnd_ros.commands.topic import RateMonitor, format_message, format_stats
+from vnd_tools.commands.topic import RateMonitor, format_message, format_stats
 
 TEST_DIR = Path(__file__).parent
 TIMEOUT_S = 60.0
@@ -48,7 +48,7 @@ def test_rate_monitor_statistics_and_window():
 
 def _vnd(*args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "vnd_ros.cli", "topic", *args],
+        [sys.executable, "-m", "vnd_tools.cli", "topic", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

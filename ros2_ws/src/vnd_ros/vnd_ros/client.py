@@ -222,7 +222,7 @@ class StackSnapshot:
 def stamp_ns(stamp: Any) -> int:
     """Nanoseconds of a ``builtin_interfaces/Time``.
 
-    (vnd_core.flight.msgfields has the same helper, but importing it pulls in torch: this
+    (vnd_flight.msgfields has the same helper, but importing it pulls in torch: this
     module serves quick command-line tools.)
     """
     return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)

@@ -2,7 +2,7 @@
 
 Remap the pose filter's output onto ``odom_in`` and this node republishes it on ``odom``, the
 policy's input, unchanged until a fault is requested; from then on every sample goes through
-``vnd_core.evaluation.odometry_faults`` (stop, freeze with fresh or old stamps, a 1 m jump,
+``vnd_flight.odometry_faults`` (stop, freeze with fresh or old stamps, a 1 m jump,
 half rate, NaN position). A fault is requested by the ``fault`` parameter (acting
 ``fault_after_s`` after the first odometry sample) or at any time by a ``sim/odom_fault``
 message (std_msgs/String, the fault's name; reliable, transient local, so a request sent
@@ -22,9 +22,9 @@ import json
 from dataclasses import dataclass
 
 from vnd_core.config_io import ConfigError
-from vnd_core.evaluation.odometry_faults import FAULTS, OdometryFault, check_fault
-from vnd_core.flight.msgfields import fill_odometry, odometry_state, set_stamp, stamp_ns
 from vnd_core.units import NS_PER_S
+from vnd_flight.msgfields import fill_odometry, odometry_state, set_stamp, stamp_ns
+from vnd_flight.odometry_faults import FAULTS, OdometryFault, check_fault
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters, param
 from vnd_ros.qos import qos_profile_sensor_data, qos_profile_status

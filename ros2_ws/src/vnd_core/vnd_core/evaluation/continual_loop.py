@@ -33,7 +33,7 @@ import torch
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.baselines import true_disturbance
-from vnd_core.flight.encoder_runtime import LatentEstimator
+from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords, to_segments
 from vnd_core.learner.policy_update import (
     TrustRegion,

@@ -17,7 +17,7 @@ enough new data and time have passed and the new flight is worth learning from (
    the active one) or reject it with a reason, leaving the active bundle in place. An emitted
    bundle names its parent by content hash (``parent_sha256``) and carries the learner's
    ``lineage`` (the active bundle's, or a new id when the learner starts from a bundle without
-   one), by which flight nodes order learner bundles (:mod:`vnd_core.flight.hotswap`).
+   one), by which flight nodes order learner bundles (:mod:`vnd_flight.hotswap`).
 
 A running update gives way to a new condition that begins while it runs; the model it fitted
 carries into the next update (:meth:`ContinualLearner.update`).
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from vnd_flight.safety import SafetyConfig
 
+from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError, content_id
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
-from vnd_core.flight.behaviour import BehaviourCheckConfig, behaviour_check
-from vnd_core.flight.safety import SafetyConfig
 from vnd_core.learner.novelty import (
     UnexplainedCounter,
     focus_weights,

@@ -2,7 +2,7 @@
 
 This is the deployed data path without middleware: each tick the policy reads the plant's
 noisy measurement and the latent of the bundle's encoder, computed the way the encoder node
-does it (:class:`~vnd_core.flight.encoder_runtime.LatentEstimator`: the context ends at the
+does it (:class:`~vnd_core.latent_estimator.LatentEstimator`: the context ends at the
 previous tick's state, z = 0 until the window is full); the command goes to the plant, and one
 :class:`TickRecords` row is logged. The plant and the scenario clock persist across
 :meth:`SimulatedFlight.fly` calls, so a flight can be continued with each new bundle version.
@@ -17,7 +17,7 @@ import torch
 
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
-from vnd_core.flight.encoder_runtime import LatentEstimator
+from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner.records import MODE_POLICY, TickRecords
 from vnd_core.plant import PlantConfig, TruePlant
 from vnd_core.policy import PolicyRunner

@@ -27,7 +27,7 @@
    centimetres off there (measured: 0.12 m after learning a 4 m/s wind). Precision in calm
    air is gate 5's job.
 7. Behaviour: the check every policy node runs before a bundle may fly
-   (:mod:`vnd_core.flight.behaviour`, limits of the default safety filter): closed loop from a
+   (:mod:`vnd_core.behaviour`, limits of the default safety filter): closed loop from a
    few offset, moving and tilted starts on the prior (z = 0) and on the candidate's own model
    (unclipped, as the node flies it), every rollout inside the tilt, body-rate and position
    envelope. A candidate the node would refuse is never published.

@@ -1,1 +1,0 @@
-"""Subcommands of ``vnd`` that talk to a running graph or to bags."""

@@ -1,0 +1,620 @@
+"""Flight report of a simulated scenario flight: per-phase tracking error, recovery, control
+latency, model updates, and report.json / report.md / report.png (ROS-free; ``vnd fly`` feeds it).
+
+Definitions (also written into report.md):
+
+- Scenario time: the simulated vehicle's clock, 0 at its first valid command. Its node status
+  carries ``scenario_time_ms`` (integrated so far) with the report's stamp; every such pair
+  bounds the clock time of scenario zero from above, so the smallest bound (per stretch without
+  a slip of the real-time mapping) gives the mapping, within one simulator tick (10 ms).
+- Position error per control tick: ``|p_true - p_ref|`` where ``p_ref`` is the reference the
+  policy used that tick (Transition.reference) and ``p_true`` the simulator's true position at
+  the tick's odometry stamp (sim/truth carries the same stamps as the mocap samples).
+- Phase RMSE: root mean square of the per-tick error over the phase's scenario-time span.
+- Recovery time (:mod:`vnd_core.recovery`, shared with ``vnd eval``): the steady level is the
+  error of the phase's second half as a profile over the reference period (under wind the
+  settled error swings with the point of the figure-eight); recovery = time from the phase
+  start until the 1-s moving RMSE is back within 1.2x + 1 cm of that level at the same point
+  of the reference and stays there for 0.5 s; 0 when it never leaves that band in the first
+  half of the phase. ``settled m``: the RMSE over the phase's second half.
+- Control latency: per control tick of the scenario, publication of the odometry sample ->
+  publication of the command answering it (DDS source timestamps of the pose filter's and the
+  policy's writers, one host clock): odometry arrival -> command out, the control path. The
+  report also gives it from the odometry stamp (mocap measurement time: adds the simulator's
+  and the pose filter's delay). Without per-tick samples: the policy's NodeStatus windows.
+- Model update: ``decided_s`` = scenario time the learner accepted the bundle (registry index),
+  ``active_s`` = scenario time by which both encoder and policy announced it active.
+- Host CPU steal (``host_cpu``, Linux): share of the machine's CPU time over the flight that a
+  hypervisor gave to others while a vCPU was ready to run (``/proc/stat``, sampled ten times
+  a second). The control ticks are split into 10-s windows with less than 1 % steal and the
+  others, with the p99 latency and the late ticks (more than 1.5 control periods after the
+  previous command) of each; a late tick is "during steal" when the samples around its gap
+  show steal time. Steal is outside the stack's reach: no scheduling class helps against it.
+- Host stalls (``host_stalls``, ``vnd fly`` on Linux): a probe pinned to each CPU at the top
+  real-time priority records every wake-up the host delayed by 1 ms or more
+  (``vnd_tools.hoststall``); every policy tick more than 1.5 periods after the previous
+  one (the policy's missed-tick rule; watchdog ticks count) is put against them, with the
+  time each CPU lost inside its gap and the longest odometry gap around it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from vnd_core.recovery import WINDOW_S, moving_rmse, recovery
+from vnd_core.units import NS_PER_S
+
+STAMP_MATCH_TOLERANCE_NS = 6_000_000  # truth sample within this of a tick stamp is its match
+
+
+# ---------------------------------------------------------------- scenario clock
+
+
+@dataclass(frozen=True)
+class ClockPoint:
+    """One simulator status report: its stamp and the scenario time integrated by then."""
+
+    stamp_ns: int  # report time on the simulator's clock [ns]
+    scenario_time_s: float  # scenario time integrated so far [s]
+    slipped_s: float  # total slip of the real-time mapping so far [s]
+    started: bool  # scenario time runs
+
+
+class ScenarioClock:
+    """Clock time [ns] -> scenario time [s] of a real-time-paced simulation.
+
+    Args:
+        points: simulator status reports (any order); only started ones are used.
+        real_time_factor: simulated seconds per clock second.
+    """
+
+    def __init__(self, points: Sequence[ClockPoint], real_time_factor: float) -> None:
+        if real_time_factor <= 0:
+            raise ValueError(f"real_time_factor must be > 0, got {real_time_factor}")
+        self.rtf = real_time_factor
+        started = sorted((p for p in points if p.started), key=lambda p: p.stamp_ns)
+        if not started:
+            raise ValueError("no simulator status with scenario time running: cannot map time")
+        # Each report bounds the zero from above (zero <= stamp - time / rtf: the time was
+        # integrated at or before the report), so the smallest bound is the best estimate. A
+        # slip moves the zero later: one estimate per stretch of equal total slip, valid from
+        # the first report that shows the slip.
+        stretches: dict[float, list[ClockPoint]] = {}
+        for p in started:
+            stretches.setdefault(round(p.slipped_s, 3), []).append(p)
+        ordered = sorted(stretches.values(), key=lambda points: points[0].stamp_ns)
+        self._zero_ns = np.array(
+            [
+                min(p.stamp_ns - p.scenario_time_s / self.rtf * NS_PER_S for p in pts)
+                for pts in ordered
+            ]
+        )
+        self._valid_from_ns = np.array([pts[0].stamp_ns for pts in ordered], dtype=np.int64)
+        self._valid_from_ns[0] = np.iinfo(np.int64).min
+
+    @property
+    def zero_ns(self) -> float:
+        """Clock time of scenario time 0 [ns] (before any slip)."""
+        return float(self._zero_ns[0])
+
+    def to_scenario_s(self, stamp_ns: np.ndarray | Sequence[int] | int) -> np.ndarray:
+        """Scenario time [s] of clock times ``stamp_ns`` (negative before the start)."""
+        stamps = np.asarray(stamp_ns, dtype=np.int64)
+        index = np.searchsorted(self._valid_from_ns, stamps, side="right") - 1
+        zero = self._zero_ns[np.clip(index, 0, len(self._zero_ns) - 1)]
+        return (stamps - zero) / NS_PER_S * self.rtf
+
+    def wall_to_scenario_s(self, wall_s: float) -> float:
+        """Scenario time of a wall-clock time in seconds since the epoch."""
+        return float(self.to_scenario_s(int(wall_s * NS_PER_S)))
+
+
+# ---------------------------------------------------------------- tracking error
+
+
+def tracking_error(
+    truth_stamp_ns: np.ndarray,
+    truth_pos_m: np.ndarray,
+    tick_stamp_ns: np.ndarray,
+    reference_pos_m: np.ndarray,
+    tolerance_ns: int = STAMP_MATCH_TOLERANCE_NS,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-tick position error ``|p_true - p_ref|`` [m] matched by stamp.
+
+    Args:
+        truth_stamp_ns: (N,) stamps of the true states.
+        truth_pos_m: (N, 3) true positions.
+        tick_stamp_ns: (M,) odometry stamps of the control ticks.
+        reference_pos_m: (M, 3) reference positions of the ticks.
+        tolerance_ns: a tick without a truth sample this close is dropped.
+    Returns:
+        (stamps (K,), errors (K,)) of the matched ticks, in stamp order (duplicate stamps,
+        i.e. watchdog ticks repeating an odometry sample, kept once).
+    """
+    order = np.argsort(truth_stamp_ns, kind="stable")
+    t_stamp, t_pos = np.asarray(truth_stamp_ns)[order], np.asarray(truth_pos_m)[order]
+    ticks, first = np.unique(np.asarray(tick_stamp_ns), return_index=True)
+    refs = np.asarray(reference_pos_m)[first]
+    if len(t_stamp) == 0 or len(ticks) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0)
+    right = np.clip(np.searchsorted(t_stamp, ticks), 0, len(t_stamp) - 1)
+    left = np.clip(right - 1, 0, len(t_stamp) - 1)
+    nearest = np.where(np.abs(t_stamp[left] - ticks) < np.abs(t_stamp[right] - ticks), left, right)
+    keep = np.abs(t_stamp[nearest] - ticks) <= tolerance_ns
+    errors = np.linalg.norm(t_pos[nearest[keep]] - refs[keep], axis=1)
+    return ticks[keep], errors
+
+
+# ---------------------------------------------------------------- phases and recovery
+
+
+@dataclass(frozen=True)
+class PhaseResult:
+    """Tracking quality of one scenario phase."""
+
+    name: str  # condition label (calm, wind_a, ...)
+    start_s: float  # scenario time the phase begins [s]
+    end_s: float  # scenario time the phase ends [s]
+    rmse_m: float | None  # RMSE of the position error [m] (None: no samples)
+    recovery_s: float | None  # see module docstring (None: too few samples)
+    steady_rmse_m: float | None  # RMSE over the second half of the phase [m]
+    peak_rmse_m: float | None  # peak 1-s moving RMSE in the first half [m]
+    samples: int  # ticks in the phase
+
+    def as_json(self) -> dict[str, Any]:
+        """The report.json entry (contract keys first)."""
+        return {
+            "name": self.name,
+            "start_s": round(self.start_s, 3),
+            "end_s": round(self.end_s, 3),
+            "rmse_m": _round(self.rmse_m, 5),
+            "recovery_s": _round(self.recovery_s, 3),
+            "steady_rmse_m": _round(self.steady_rmse_m, 5),
+            "peak_rmse_m": _round(self.peak_rmse_m, 5),
+            "samples": self.samples,
+        }
+
+
+def phase_results(
+    t_s: np.ndarray,
+    err_m: np.ndarray,
+    spans: Sequence[tuple[str, float, float]],
+    reference_period_s: float | None = None,
+) -> list[PhaseResult]:
+    """One :class:`PhaseResult` per ``(name, start_s, end_s)`` span, in flight order;
+    ``reference_period_s``: period of the reference (None: a hover point)."""
+    order = np.argsort(t_s, kind="stable")
+    t_s, err_m = np.asarray(t_s)[order], np.asarray(err_m)[order]
+    results = []
+    for name, start_s, end_s in spans:
+        inside = (t_s >= start_s) & (t_s < end_s)
+        t, e = t_s[inside], err_m[inside]
+        rmse = float(np.sqrt(np.mean(np.square(e)))) if len(e) else None
+        rec = recovery(t, e, start_s, end_s, reference_period_s)
+        figures = (rec.recovery_s, rec.steady_m, rec.peak_m) if rec else (None, None, None)
+        results.append(PhaseResult(name, start_s, end_s, rmse, *figures, len(e)))
+    return results
+
+
+def improvement(phases: Sequence[PhaseResult], name: str) -> dict[str, Any] | None:
+    """RMSE of the last phase called ``name`` against its first occurrence.
+
+    ``reduction`` = 1 - last / first (0.4 = 40 % lower); None when ``name`` occurs once.
+    """
+    same = [p for p in phases if p.name == name and p.rmse_m is not None]
+    if len(same) < 2 or not same[0].rmse_m:
+        return None
+    first, last = same[0], same[-1]
+    return {
+        "phase": name,
+        "first_rmse_m": _round(first.rmse_m, 5),
+        "last_rmse_m": _round(last.rmse_m, 5),
+        "reduction": _round(1.0 - last.rmse_m / first.rmse_m, 4),
+        "first_recovery_s": _round(first.recovery_s, 3),
+        "last_recovery_s": _round(last.recovery_s, 3),
+    }
+
+
+# ---------------------------------------------------------------- latency and updates
+
+
+def latency_summary(latency_ms: np.ndarray) -> dict[str, Any]:
+    """p50, p99, max [ms] and sample count of per-tick latencies."""
+    values = np.asarray(latency_ms, dtype=float)
+    if len(values) == 0:
+        return {"p50": None, "p99": None, "max": None, "samples": 0}
+    return {
+        "p50": round(float(np.percentile(values, 50)), 4),
+        "p99": round(float(np.percentile(values, 99)), 4),
+        "max": round(float(values.max()), 4),
+        "samples": len(values),
+    }
+
+
+@dataclass(frozen=True)
+class ModelUpdate:
+    """One learner bundle and when it became active in the flight nodes."""
+
+    version: int  # bundle version
+    decided_s: float | None  # scenario time the learner accepted it [s]
+    active_s: float | None  # scenario time both encoder and policy had it active [s]
+
+    @property
+    def push_s(self) -> float | None:
+        """Decision -> active in both nodes [s of scenario time]."""
+        if self.decided_s is None or self.active_s is None:
+            return None
+        return self.active_s - self.decided_s
+
+    def as_json(self) -> dict[str, Any]:
+        """The report.json entry (contract keys first)."""
+        return {
+            "version": self.version,
+            "decided_s": _round(self.decided_s, 3),
+            "active_s": _round(self.active_s, 3),
+            "push_s": _round(self.push_s, 3),
+        }
+
+
+# ---------------------------------------------------------------- the report
+
+
+@dataclass
+class FlightSeries:
+    """The time series a report is computed from (all stamps on the stack's clock)."""
+
+    truth_stamp_ns: np.ndarray  # (N,) sim/truth stamps
+    truth_pos_m: np.ndarray  # (N, 3) true positions
+    tick_stamp_ns: np.ndarray  # (M,) Transition stamps (odometry stamps)
+    reference_pos_m: np.ndarray  # (M, 3) Transition reference positions
+    tick_z: list[np.ndarray] = field(default_factory=list)  # (M,) latents used (may be empty)
+    tick_z_valid: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # (M,)
+    tick_mode: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # (M,)
+    disturbance_stamp_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    disturbance_n: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # (D, 3) [N]
+
+
+@dataclass
+class FlightReport:
+    """Everything report.json holds, plus the series the figure needs."""
+
+    data: dict[str, Any]  # the report.json object
+    error_t_s: np.ndarray  # (K,) scenario time of each matched tick
+    error_m: np.ndarray  # (K,) position error of each matched tick
+    latent_t_s: np.ndarray  # (L,) scenario time of each valid latent
+    latent_z: np.ndarray  # (L, Z) valid latents
+    disturbance_t_s: np.ndarray  # (D,) scenario time of the disturbance samples
+    disturbance_n: np.ndarray  # (D, 3) true external force [N]
+
+
+def build_report(
+    series: FlightSeries,
+    clock: ScenarioClock,
+    spans: Sequence[tuple[str, float, float]],
+    *,
+    latency_ms: np.ndarray,
+    latency_method: str,
+    missed_ticks: int | None,
+    updates: Sequence[ModelUpdate],
+    extra: dict[str, Any] | None = None,
+    recurring_phase: str = "wind_a",
+    reference_period_s: float | None = None,
+) -> FlightReport:
+    """Compute the report of one flight.
+
+    Args:
+        series: recorded time series.
+        clock: clock -> scenario time mapping.
+        spans: ``(name, start_s, end_s)`` of the scenario phases in flight order.
+        latency_ms: per-tick control latencies [ms].
+        latency_method: how ``latency_ms`` was measured (one sentence, goes into the report).
+        missed_ticks: policy ticks later than 1.5 periods over the flight (None: unknown).
+        updates: model updates of the flight.
+        extra: further JSON-able entries (scenario, durations, counters ...).
+        recurring_phase: phase whose repetition ``improvement`` compares.
+        reference_period_s: period of the flown reference (None: a hover point), for the
+            recovery times.
+    """
+    stamps, errors = tracking_error(
+        series.truth_stamp_ns, series.truth_pos_m, series.tick_stamp_ns, series.reference_pos_m
+    )
+    t_s = clock.to_scenario_s(stamps)
+    duration_s = spans[-1][2] if spans else 0.0
+    flying = (t_s >= 0) & (t_s <= duration_s)
+    phases = phase_results(t_s[flying], errors[flying], spans, reference_period_s)
+    flown = errors[flying]
+    data: dict[str, Any] = {
+        "phases": [p.as_json() for p in phases],
+        "control_latency_ms": {**latency_summary(latency_ms), "method": latency_method},
+        "missed_ticks": missed_ticks,
+        "model_updates": [u.as_json() for u in updates],
+        "improvement": improvement(phases, recurring_phase),
+        "overall_rmse_m": _round(float(np.sqrt(np.mean(flown**2))) if len(flown) else None, 5),
+        "ticks_matched": len(flown),
+        "model_push_median_s": _round(_median([u.push_s for u in updates]), 3),
+        **(extra or {}),
+    }
+    latent_t, latent_z = _valid_latents(series, clock)
+    return FlightReport(
+        data=data,
+        error_t_s=t_s[flying],
+        error_m=flown,
+        latent_t_s=latent_t,
+        latent_z=latent_z,
+        disturbance_t_s=clock.to_scenario_s(series.disturbance_stamp_ns),
+        disturbance_n=np.asarray(series.disturbance_n, dtype=float).reshape(-1, 3),
+    )
+
+
+def _valid_latents(series: FlightSeries, clock: ScenarioClock) -> tuple[np.ndarray, np.ndarray]:
+    """Scenario times and latents of the ticks whose z came from a matching encoder."""
+    ticks = zip(series.tick_stamp_ns, series.tick_z, series.tick_z_valid, strict=True)
+    rows = [(stamp, np.asarray(z, dtype=float)) for stamp, z, valid in ticks if valid and len(z)]
+    if not rows:
+        return np.zeros(0), np.zeros((0, 0))
+    size = max(len(z) for _, z in rows)  # versions may differ in size: keep the common one
+    rows = [(s, z) for s, z in rows if len(z) == size]
+    return clock.to_scenario_s([s for s, _ in rows]), np.stack([z for _, z in rows])
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return float(np.median(present)) if present else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(float(value), digits)
+
+
+# ---------------------------------------------------------------- outputs
+
+
+def write_json(report: FlightReport, path: Path) -> Path:
+    """report.json (strict JSON: no NaN)."""
+    path.write_text(json.dumps(report.data, indent=2, allow_nan=False) + "\n")
+    return path
+
+
+def summary_table(data: dict[str, Any]) -> str:
+    """The per-phase table and the headline figures, as plain text."""
+    lines = [
+        f"{'phase':<10} {'start s':>8} {'end s':>8} {'RMSE m':>8} {'recovery s':>11} "
+        f"{'settled m':>10}"
+    ]
+    for p in data["phases"]:
+        lines.append(
+            f"{p['name']:<10} {p['start_s']:>8.1f} {p['end_s']:>8.1f} "
+            f"{_fmt(p['rmse_m'], 4):>8} {_fmt(p['recovery_s'], 2):>11} "
+            f"{_fmt(p.get('steady_rmse_m'), 4):>10}"
+        )
+    imp = data.get("improvement")
+    if imp:
+        change = imp["reduction"]
+        word = "lower" if change >= 0 else "higher"
+        lines.append(
+            f"{imp['phase']} again vs first: RMSE {_fmt(imp['last_rmse_m'], 4)} m vs "
+            f"{_fmt(imp['first_rmse_m'], 4)} m ({100 * abs(change):.0f}% {word})"
+        )
+    lat = data["control_latency_ms"]
+    lines.append(
+        f"control latency p50 {_fmt(lat['p50'], 3)} ms, p99 {_fmt(lat['p99'], 3)} ms "
+        f"({lat['samples']} ticks); missed ticks {data['missed_ticks']}"
+    )
+    host = data.get("host_cpu") or {}
+    if host.get("sampled"):
+        lines.append(_host_line(host))
+    stalls = data.get("host_stalls") or {}
+    if stalls.get("probed") and stalls.get("probe"):
+        lines.append(_stall_line(stalls))
+    updates = data["model_updates"]
+    pushes = ", ".join(
+        f"v{u['version']} decided {_fmt(u['decided_s'], 1)} s active {_fmt(u['active_s'], 1)} s"
+        for u in updates
+    )
+    lines.append(f"model updates: {len(updates)}" + (f" ({pushes})" if pushes else ""))
+    if data.get("vehicle_crashed"):
+        lines.append(
+            "WARNING: the simulated vehicle crashed (reported at scenario time "
+            f"{_fmt(data.get('crash_reported_s'), 1)} s): later phases do not measure control"
+        )
+    if data.get("model_push_median_s") is not None:
+        lines.append(
+            f"model push median (decision -> active in both nodes): "
+            f"{data['model_push_median_s']:.3f} s"
+        )
+    return "\n".join(lines)
+
+
+def _host_line(host: dict[str, Any]) -> str:
+    """The host's steal and the control latency in windows with and without it."""
+    quiet, steal = host["quiet"], host["steal"]
+    window = f"{host['window_s']:.0f}-s windows"
+    return (
+        f"host CPU steal {100 * host['steal_fraction']:.1f}% of the flight; "
+        f"{window} with < {100 * host['quiet_below_steal']:.0f}% steal: {quiet['windows']}, "
+        f"p99 {_fmt(quiet['p99_ms'], 3)} ms, {quiet['late_ticks']} late ticks; "
+        f"others (steal up to {_fmt_pct(steal['max_steal'])}): {steal['windows']}, "
+        f"p99 {_fmt(steal['p99_ms'], 3)} ms, {steal['late_ticks']} late ticks; "
+        f"late ticks during steal: {host['late_ticks_during_steal']} of {host['late_ticks']}"
+    )
+
+
+def _stall_line(stalls: dict[str, Any]) -> str:
+    """What the per-CPU probe saw the host take, and how many late ticks it explains."""
+    lost = ", ".join(
+        f"CPU {cpu} {cpu_stats['stall_total_ms']:.0f} ms in {cpu_stats['stalls']} "
+        f"(longest {cpu_stats['longest_ms']:.1f} ms)"
+        for cpu, cpu_stats in stalls["probe"].items()
+    )
+    return (
+        f"host stalls (per-CPU SCHED_FIFO 99 probe, wake-ups >= 1 ms late): {lost}; "
+        f"policy ticks > 1.5 periods apart: {stalls['late_ticks']}, "
+        f"{stalls['late_ticks_with_host_stall']} with the host taking a CPU for at least half "
+        "the delay"
+    )
+
+
+def _fmt_pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}%"
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def write_markdown(report: FlightReport, path: Path, title: str) -> Path:
+    """report.md: the summary table, the definitions and the figure."""
+    data = report.data
+    definitions = (__doc__ or "").split("Definitions (also written into report.md):", 1)[-1]
+    text = [
+        f"# {title}",
+        "",
+        "```",
+        summary_table(data),
+        "```",
+        "",
+        f"Latency method: {data['control_latency_ms']['method']}",
+        "",
+        "## Definitions",
+        "",
+        "\n".join(
+            line.strip() if not line.startswith("  ") else line[2:]
+            for line in definitions.strip().splitlines()
+        ),
+        "",
+        "![position error, phases, model updates and latent trajectory](report.png)",
+        "",
+    ]
+    path.write_text("\n".join(text))
+    return path
+
+
+def plot_report(report: FlightReport, path: Path, title: str) -> Path:
+    """report.png: position error over time with phases shaded and model updates marked;
+    latent trajectory (PCA of z) coloured by phase."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = report.data
+    names = list(dict.fromkeys(p["name"] for p in data["phases"]))
+    colours = {name: plt.get_cmap("tab10")(i) for i, name in enumerate(names)}
+    fig, (ax_err, ax_z) = plt.subplots(
+        2, 1, figsize=(11, 9), gridspec_kw={"height_ratios": [1.0, 1.1]}
+    )
+    _plot_error(ax_err, report, colours)
+    _plot_latents(ax_z, report, colours)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_error(ax: Any, report: FlightReport, colours: dict[str, Any]) -> None:
+    data = report.data
+    for phase in data["phases"]:
+        ax.axvspan(phase["start_s"], phase["end_s"], color=colours[phase["name"]], alpha=0.12)
+        ax.text(
+            (phase["start_s"] + phase["end_s"]) / 2,
+            0.98,
+            phase["name"],
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontsize=9,
+        )
+    if len(report.error_t_s):
+        ax.plot(report.error_t_s, report.error_m, lw=0.6, color="0.4", label="|p - p_ref|")
+        ax.plot(
+            report.error_t_s,
+            moving_rmse(report.error_t_s, report.error_m, WINDOW_S),
+            lw=1.4,
+            color="C3",
+            label="1-s moving RMSE",
+        )
+    for update in data["model_updates"]:
+        if update["active_s"] is not None:
+            ax.axvline(update["active_s"], color="C2", lw=1.0, ls="--")
+            ax.text(
+                update["active_s"],
+                0.88,
+                f" v{update['version']}",
+                color="C2",
+                transform=ax.get_xaxis_transform(),
+                fontsize=8,
+            )
+    if data.get("crash_reported_s") is not None:
+        ax.axvline(data["crash_reported_s"], color="k", lw=1.5)
+        ax.text(
+            data["crash_reported_s"],
+            0.78,
+            " crash reported",
+            transform=ax.get_xaxis_transform(),
+            fontsize=8,
+        )
+    if len(report.disturbance_t_s):
+        twin = ax.twinx()
+        twin.plot(
+            report.disturbance_t_s,
+            np.linalg.norm(report.disturbance_n, axis=1),
+            lw=0.8,
+            color="C0",
+            alpha=0.6,
+            label="|disturbance force|",
+        )
+        twin.set_ylabel("disturbance force [N]", color="C0")
+    ax.set_xlabel("scenario time [s]")
+    ax.set_ylabel("position error [m]")
+    ax.set_title("tracking error (dashed green: model update active in encoder and policy)")
+    handles, labels = ax.get_legend_handles_labels()
+    if len(report.disturbance_t_s):
+        more_handles, more_labels = twin.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    # below the axes: phase labels and model-update markers stay readable
+    ax.legend(
+        handles,
+        labels,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.14),
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def _plot_latents(ax: Any, report: FlightReport, colours: dict[str, Any]) -> None:
+    z = report.latent_z
+    if len(z) < 3:
+        ax.text(0.5, 0.5, "no valid latents recorded", ha="center", transform=ax.transAxes)
+        return
+    centred = z - z.mean(axis=0)
+    _, singular, vt = np.linalg.svd(centred, full_matrices=False)
+    pcs = centred @ vt[:2].T
+    explained = singular[:2] ** 2 / max(float(np.sum(singular**2)), 1e-12)
+    phases = report.data["phases"]
+    for index, phase in enumerate(phases):
+        inside = (report.latent_t_s >= phase["start_s"]) & (report.latent_t_s < phase["end_s"])
+        label = phase["name"] if phase["name"] not in [p["name"] for p in phases[:index]] else None
+        ax.scatter(
+            pcs[inside, 0],
+            pcs[inside, 1] if pcs.shape[1] > 1 else 0 * pcs[inside, 0],
+            s=3,
+            color=colours[phase["name"]],
+            alpha=0.5,
+            label=label,
+        )
+    ax.set_xlabel(f"PC1 ({100 * explained[0]:.0f}% var)")
+    if len(explained) > 1:
+        ax.set_ylabel(f"PC2 ({100 * explained[1]:.0f}% var)")
+    ax.set_title("latent trajectory: PCA of z over the flight, coloured by phase")
+    ax.legend(markerscale=4, fontsize=8)

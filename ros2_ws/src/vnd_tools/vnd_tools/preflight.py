@@ -1,0 +1,587 @@
+"""Pre-flight checks as pure functions: measured samples in, pass/fail rows out.
+
+``vnd preflight`` (vnd_tools.commands.preflight) listens to a live graph for a few seconds and
+hands what it heard to the functions below; they never touch a middleware, so every threshold
+is unit-tested with synthetic inputs. Each row names the check, says PASS, FAIL or SKIP, and
+carries what was measured and what was expected, so a failed row explains itself:
+
+    check            result  measured                                expected
+    mocap rate       FAIL    20.0 Hz over 60 stamps (/vnd1/mocap/pose)  90.0-400.0 Hz
+
+Time bases: message stamps and receive times are wall-clock nanoseconds (ROS time = system
+time on a flight computer); ages are seconds measured by the caller.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import numpy as np
+from vnd_core import wire
+from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, STATE_DIM, VEL
+from vnd_core.units import NS_PER_MS, NS_PER_S
+from vnd_core.wire import MODE_VALUES, LearnerState
+
+BYTES_PER_MB = 1024 * 1024
+MODEL_ROLES = ("encoder", "policy")  # nodes that must fly the same bundle version
+
+
+class Verdict(enum.Enum):
+    """Outcome of one check."""
+
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"  # not applicable to this setup (e.g. no learner launched)
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One line of the pre-flight table."""
+
+    name: str  # short check name, e.g. "mocap rate"
+    verdict: Verdict  # PASS, FAIL or SKIP
+    measured: str  # what was measured, with units
+    expected: str  # what passes, with units
+
+    @property
+    def failed(self) -> bool:
+        """True for a FAIL row."""
+        return self.verdict is Verdict.FAIL
+
+    def to_dict(self) -> dict[str, str]:
+        """JSON-ready form."""
+        return {**asdict(self), "verdict": self.verdict.value}
+
+
+def _row(name: str, ok: bool, measured: str, expected: str) -> CheckRow:
+    return CheckRow(name, Verdict.PASS if ok else Verdict.FAIL, measured, expected)
+
+
+@dataclass(frozen=True)
+class PreflightThresholds:
+    """Pass limits of every check (``vnd preflight`` exposes each as an option)."""
+
+    mocap_min_rate_hz: float = 90.0  # slowest acceptable mocap rate (drivers give 100-360 Hz)
+    mocap_max_rate_hz: float = 400.0  # fastest plausible mocap rate (faster: duplicated stream?)
+    mocap_max_jitter_ms: float = 2.0  # standard deviation of mocap stamp intervals [ms]
+    mocap_max_gap_ms: float = 50.0  # longest gap between mocap stamps (watchdog is 100 ms) [ms]
+    # |median(receive wall time - stamp)| limit [ms]: commands carry the mocap stamp and the
+    # bridges drop any older than command.max_age_s (30 ms) on arrival.
+    max_clock_offset_ms: float = 20.0
+    quat_norm_tol: float = 0.01  # | |q| - 1 | limit of odometry orientations
+    max_speed_mps: float = 5.0  # largest plausible world speed before take-off [m/s]
+    max_body_rate_radps: float = 10.0  # largest plausible body rate (any axis) [rad/s]
+    command_min_rate_hz: float = 40.0  # slowest acceptable vnd/command rate (50 Hz nominal)
+    accepted_modes: tuple[str, ...] = ("policy",)  # controller modes that may take off
+    status_max_age_s: float = 3.0  # NodeStatus (1 Hz) older than this: node gone or hung [s]
+    learner_max_age_s: float = 3.0  # no LearnerStatus (1 Hz) for this long: unreachable [s]
+    min_free_mb: float = 1024.0  # free disk space needed for the replay store [MiB]
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first inconsistent threshold."""
+        for name, value in asdict(self).items():
+            if name != "accepted_modes" and not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"threshold {name} must be finite and >= 0, got {value}")
+        if self.mocap_min_rate_hz > self.mocap_max_rate_hz:
+            raise ValueError(
+                f"mocap_min_rate_hz {self.mocap_min_rate_hz} > "
+                f"mocap_max_rate_hz {self.mocap_max_rate_hz}"
+            )
+        unknown = [mode for mode in self.accepted_modes if mode not in MODE_VALUES]
+        if unknown or not self.accepted_modes:
+            raise ValueError(
+                f"accepted_modes {list(self.accepted_modes)}: choose from {sorted(MODE_VALUES)}"
+            )
+
+
+# ---------------------------------------------------------------- streams (mocap, odometry)
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    """Timing of one stream from its header stamps."""
+
+    count: int  # messages received
+    rate_hz: float  # (count - 1) / stamp span; NaN with fewer than 2 stamps [Hz]
+    jitter_ms: float  # standard deviation of the stamp intervals; NaN below 3 stamps [ms]
+    max_gap_ms: float  # longest stamp interval; NaN below 2 stamps [ms]
+    non_increasing: int  # intervals <= 0 (repeated or out-of-order stamps)
+
+
+def stream_stats(stamps_ns: Sequence[int]) -> StreamStats:
+    """Rate, jitter and gaps of a stream from its stamps in arrival order (ns)."""
+    stamps = np.asarray(stamps_ns, dtype=np.int64)
+    count = int(stamps.size)
+    if count < 2:
+        return StreamStats(count, math.nan, math.nan, math.nan, 0)
+    intervals_ms = np.diff(stamps).astype(float) / NS_PER_MS
+    span_s = float(stamps.max() - stamps.min()) / NS_PER_S
+    rate = (count - 1) / span_s if span_s > 0 else math.inf
+    jitter = float(np.std(intervals_ms)) if count >= 3 else math.nan
+    return StreamStats(
+        count=count,
+        rate_hz=rate,
+        jitter_ms=jitter,
+        max_gap_ms=float(intervals_ms.max()),
+        non_increasing=int(np.count_nonzero(intervals_ms <= 0)),
+    )
+
+
+def check_stream_rate(
+    name: str, topic: str, stats: StreamStats, min_hz: float, max_hz: float, window_s: float
+) -> CheckRow:
+    """PASS when the stamp rate of ``topic`` lies in [min_hz, max_hz]."""
+    expected = f"{min_hz:.1f}-{max_hz:.1f} Hz"
+    if stats.count < 2:
+        return _row(
+            name, False, f"{stats.count} message(s) on {topic} in {window_s:.1f} s", expected
+        )
+    ok = min_hz <= stats.rate_hz <= max_hz
+    measured = f"{stats.rate_hz:.1f} Hz over {stats.count} stamps ({topic})"
+    return _row(name, ok, measured, expected)
+
+
+def check_stream_jitter(
+    name: str, topic: str, stats: StreamStats, thresholds: PreflightThresholds
+) -> CheckRow:
+    """PASS when stamp intervals are steady, strictly increasing and without long gaps."""
+    expected = (
+        f"interval std <= {thresholds.mocap_max_jitter_ms:.1f} ms, "
+        f"gap <= {thresholds.mocap_max_gap_ms:.0f} ms, increasing stamps"
+    )
+    if stats.count < 3:
+        return _row(name, False, f"{stats.count} message(s) on {topic}: too few", expected)
+    ok = (
+        stats.jitter_ms <= thresholds.mocap_max_jitter_ms
+        and stats.max_gap_ms <= thresholds.mocap_max_gap_ms
+        and stats.non_increasing == 0
+    )
+    measured = f"std {stats.jitter_ms:.2f} ms, max gap {stats.max_gap_ms:.1f} ms"
+    if stats.non_increasing:
+        measured += f", {stats.non_increasing} non-increasing stamp(s)"
+    return _row(name, ok, measured, expected)
+
+
+def check_clock_offset(
+    topic: str,
+    stamps_ns: Sequence[int],
+    receive_ns: Sequence[int],
+    thresholds: PreflightThresholds,
+) -> CheckRow:
+    """PASS when the median of (receive wall time - stamp) is within the offset limit.
+
+    The median absorbs transport and scheduling delays of single messages; what remains is
+    the clock offset of the publisher plus its typical latency (both matter: the policy's
+    odometry watchdog compares stamps with its own clock).
+    """
+    name = "clock offset"
+    expected = f"|median| <= {thresholds.max_clock_offset_ms:.0f} ms"
+    stamps = np.asarray(stamps_ns, dtype=np.int64)
+    received = np.asarray(receive_ns, dtype=np.int64)
+    if stamps.size == 0 or stamps.size != received.size:
+        return _row(name, False, f"no stamps received on {topic}", expected)
+    offsets_ms = (received - stamps).astype(float) / NS_PER_MS
+    median = float(np.median(offsets_ms))
+    ok = abs(median) <= thresholds.max_clock_offset_ms
+    measured = (
+        f"receive - stamp median {median:+.1f} ms "
+        f"(range {offsets_ms.min():+.1f}..{offsets_ms.max():+.1f} ms, {topic})"
+    )
+    return _row(name, ok, measured, expected)
+
+
+def check_odometry(topic: str, states: np.ndarray, thresholds: PreflightThresholds) -> CheckRow:
+    """PASS when every odometry state is finite, unit-quaternion and physically plausible.
+
+    Args:
+        topic: odometry topic name (for the message).
+        states: (N, 13) states p, q (w x y z), v (world), omega (body) of the received messages.
+    """
+    name = "odometry sanity"
+    expected = (
+        f"finite, ||q|-1| <= {thresholds.quat_norm_tol:g}, speed <= "
+        f"{thresholds.max_speed_mps:g} m/s, body rate <= {thresholds.max_body_rate_radps:g} rad/s"
+    )
+    states = np.asarray(states, dtype=float).reshape(-1, STATE_DIM)
+    if states.shape[0] == 0:
+        return _row(name, False, f"no odometry on {topic}", expected)
+    finite = np.isfinite(states).all(axis=1)
+    good = states[finite]
+    problems = []
+    if not finite.all():
+        problems.append(f"{int((~finite).sum())} non-finite")
+    if good.shape[0]:
+        quat_err = float(np.abs(np.linalg.norm(good[:, QUAT], axis=1) - 1.0).max())
+        speed = float(np.linalg.norm(good[:, VEL], axis=1).max())
+        rate = float(np.abs(good[:, OMEGA]).max())
+        if quat_err > thresholds.quat_norm_tol:
+            problems.append(f"||q|-1| up to {quat_err:.3g}")
+        if speed > thresholds.max_speed_mps:
+            problems.append(f"speed up to {speed:.2f} m/s")
+        if rate > thresholds.max_body_rate_radps:
+            problems.append(f"body rate up to {rate:.2f} rad/s")
+        position = good[-1, POS]
+        summary = (
+            f"{states.shape[0]} msgs, max ||q|-1| {quat_err:.1e}, max speed {speed:.2f} m/s, "
+            f"max rate {rate:.2f} rad/s, last p [{position[0]:.2f} {position[1]:.2f} "
+            f"{position[2]:.2f}] m"
+        )
+    else:
+        summary = f"{states.shape[0]} msgs"
+    measured = summary + (f"; BAD: {', '.join(problems)}" if problems else "")
+    return _row(name, not problems, measured, expected)
+
+
+# ---------------------------------------------------------------- nodes and bundles
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    """What a model-holding node (encoder, policy) last said about itself."""
+
+    node: str  # fully qualified node name, e.g. /vnd1/policy
+    active_version: int  # bundle version in use (0 = none)
+    pinned: bool  # learner bundles refused
+    mode: int = 0  # CtbrCommand MODE_* (policy), 0 for the others
+    age_s: float = 0.0  # wall time since the report's stamp [s]
+    rejections: int = 0  # bundles the node refused since start (counter bundle_rejections)
+    warnings: tuple[str, ...] = ()  # conditions the node says the operator must act on
+
+
+@dataclass(frozen=True)
+class ListAnswer:
+    """One node's answer to a CheckpointCommand LIST request."""
+
+    node: str  # fully qualified name of the answering node
+    active_version: int  # bundle version active (0 = none)
+    available_versions: tuple[int, ...] = ()  # versions held and ready to activate
+
+
+Named = TypeVar("Named", NodeReport, ListAnswer)  # anything with a fully qualified .node
+
+
+def node_role(node: str) -> str:
+    """Last component of a fully qualified node name ('/vnd1/policy' -> 'policy')."""
+    return node.rstrip("/").rsplit("/", 1)[-1]
+
+
+def by_role(items: Iterable[Named]) -> dict[str, Named]:
+    """Items keyed by :func:`node_role` of their node (the last one wins)."""
+    return {node_role(item.node): item for item in items}
+
+
+def check_status_reports(
+    reports: Mapping[str, NodeReport], thresholds: PreflightThresholds
+) -> CheckRow:
+    """PASS when the encoder and the policy both reported recently on vnd/node_status.
+
+    Args:
+        reports: latest report by node role (see :func:`by_role`).
+    """
+    name = "node status"
+    expected = f"encoder and policy report, age <= {thresholds.status_max_age_s:g} s"
+    parts, ok = [], True
+    for role in MODEL_ROLES:
+        report = reports.get(role)
+        if report is None:
+            parts.append(f"{role}: no report")
+            ok = False
+        else:
+            fresh = report.age_s <= thresholds.status_max_age_s
+            ok &= fresh
+            parts.append(f"{role}: {report.age_s:.1f} s old" + ("" if fresh else " (STALE)"))
+    return _row(name, ok, ", ".join(parts), expected)
+
+
+def check_node_warnings(reports: Mapping[str, NodeReport]) -> CheckRow:
+    """PASS when no node reports a warning (latent missing, policy suspended, fallback, ...):
+    each is a condition the vehicle should not take off in."""
+    parts = [
+        f"{role}: {warning}"
+        for role, report in sorted(reports.items())
+        for warning in report.warnings
+    ]
+    return _row("node warnings", not parts, "; ".join(parts) or "none", "no node warns")
+
+
+def check_bundle_active(
+    reports: Mapping[str, NodeReport], answers: Mapping[str, ListAnswer] | None
+) -> CheckRow:
+    """PASS when encoder and policy each fly a bundle (version > 0), as both NodeStatus and,
+    when a LIST request was answered, the LIST answers say.
+
+    Args:
+        reports: latest NodeStatus by role.
+        answers: LIST answers by role; None when no LIST request was made.
+    """
+    name = "bundle active"
+    expected = "encoder and policy active version > 0" + (
+        ", LIST answers agree" if answers is not None else ""
+    )
+    parts, ok = [], True
+    for role in MODEL_ROLES:
+        report = reports.get(role)
+        version = report.active_version if report is not None else None
+        text = f"{role} v{version}" if version is not None else f"{role} no status"
+        if report is not None and report.rejections:
+            text += f" ({report.rejections} bundle(s) rejected so far)"
+        ok &= bool(version)
+        if answers is not None:
+            answer = answers.get(role)
+            if answer is None:
+                text += " (no LIST answer)"
+                ok = False
+            else:
+                held = ",".join(map(str, answer.available_versions)) or "none"
+                text += f" (LIST: active v{answer.active_version}, held {held})"
+                ok &= answer.active_version == version and answer.active_version > 0
+        parts.append(text)
+    return _row(name, ok, ", ".join(parts), expected)
+
+
+def check_bundle_versions(
+    reports: Mapping[str, NodeReport], learner_latest_version: int | None
+) -> CheckRow:
+    """PASS when encoder and policy fly the same version, agree on pinning, and (unless
+    pinned) are not behind the newest bundle the learner published.
+
+    Args:
+        reports: latest NodeStatus by role.
+        learner_latest_version: LearnerStatus.latest_version, None without a learner report.
+    """
+    name = "bundle versions"
+    expected = "encoder == policy, same pin state, not older than the learner's latest"
+    encoder, policy = reports.get("encoder"), reports.get("policy")
+    if encoder is None or policy is None:
+        missing = " and ".join(r for r in MODEL_ROLES if reports.get(r) is None)
+        return _row(name, False, f"no status from {missing}", expected)
+    measured = f"encoder v{encoder.active_version}, policy v{policy.active_version}"
+    problems = []
+    if encoder.active_version != policy.active_version:
+        problems.append("version mismatch")
+    if encoder.pinned != policy.pinned:
+        problems.append(f"pin differs (encoder {encoder.pinned}, policy {policy.pinned})")
+    pinned = encoder.pinned and policy.pinned
+    measured += " pinned" if pinned else ""
+    if learner_latest_version is not None:
+        measured += f", learner latest v{learner_latest_version}"
+        newest_flown = min(encoder.active_version, policy.active_version)
+        if not pinned and learner_latest_version > newest_flown:
+            problems.append("stale bundle: the learner published a newer one")
+    measured += f"; BAD: {', '.join(problems)}" if problems else ""
+    return _row(name, not problems, measured, expected)
+
+
+# ---------------------------------------------------------------- commands and learner
+
+
+def check_commands(
+    topic: str,
+    stamps_ns: Sequence[int],
+    actions: np.ndarray,
+    modes: Sequence[int],
+    policy_versions: Sequence[int],
+    policy_active_version: int | None,
+    thresholds: PreflightThresholds,
+) -> CheckRow:
+    """PASS when the policy publishes finite, non-negative-thrust commands at rate, in an
+    accepted mode, tagged with its active bundle version.
+
+    Args:
+        topic: command topic name (for the message).
+        stamps_ns: (N,) command header stamps (= the odometry stamps they answer) [ns].
+        actions: (N, 4) thrust [N] and body rates [rad/s].
+        modes: (N,) CtbrCommand MODE_* of each command.
+        policy_versions: (N,) policy_version of each command.
+        policy_active_version: the policy's NodeStatus active version (None: no status).
+    """
+    name = "policy commands"
+    accepted = "/".join(thresholds.accepted_modes)
+    expected = (
+        f">= {thresholds.command_min_rate_hz:g} Hz, finite, thrust >= 0, mode {accepted}, "
+        "version = policy's"
+    )
+    actions = np.asarray(actions, dtype=float).reshape(-1, ACTION_DIM)
+    count = actions.shape[0]
+    if count == 0:
+        return _row(name, False, f"no commands on {topic}", expected)
+    stats = stream_stats(stamps_ns)
+    finite = np.isfinite(actions).all(axis=1)
+    last_mode = int(modes[-1])
+    mode_name = wire.mode_name(last_mode)
+    versions = sorted(set(int(v) for v in policy_versions))
+    problems = []
+    if not count >= 2 or not stats.rate_hz >= thresholds.command_min_rate_hz:
+        problems.append("too slow")
+    if not finite.all():
+        problems.append(f"{int((~finite).sum())} non-finite")
+    if np.any(actions[finite, 0] < 0):
+        problems.append("negative thrust")
+    if mode_name not in thresholds.accepted_modes:
+        problems.append(f"mode {mode_name}")
+    if policy_active_version is not None and versions != [policy_active_version]:
+        problems.append(f"versions {versions} != policy v{policy_active_version}")
+    last = actions[-1]
+    measured = (
+        f"{stats.rate_hz:.1f} Hz, {count} cmds, mode {mode_name}, v{','.join(map(str, versions))}"
+        f", last thrust {last[0]:.2f} N rates [{last[1]:.2f} {last[2]:.2f} {last[3]:.2f}] rad/s"
+    )
+    measured += f"; BAD: {', '.join(problems)}" if problems else ""
+    return _row(name, not problems, measured, expected)
+
+
+@dataclass(frozen=True)
+class LearnerReport:
+    """The learner's latest vnd/learner/status and how long ago it arrived."""
+
+    state: int  # LearnerStatus STATE_*
+    latest_version: int  # newest bundle version published (0 = none)
+    ticks_stored: int  # transitions in the replay store
+    message: str  # human-readable detail
+    received_age_s: float  # time since the latest report arrived [s]
+    reports: int  # reports received while listening
+    latest_refused: bool = False  # a flight node refused the newest published bundle
+    refusal: str = ""  # the newest refusal ('<node> refused v<N>: <reason>')
+
+
+def check_learner(
+    report: LearnerReport | None,
+    window_s: float,
+    thresholds: PreflightThresholds,
+    expected_running: bool = True,
+) -> CheckRow:
+    """PASS when a learner report arrived within ``learner_max_age_s``, it is not in error and
+    no flight node refused the newest bundle it published (learning would go on while the
+    vehicle keeps flying an older one, unnoticed).
+
+    ``expected_running`` False (no learner launched) gives SKIP.
+    """
+    name = "learner"
+    expected = (
+        f"vnd/learner/status within {thresholds.learner_max_age_s:g} s, state != error, "
+        "newest bundle not refused by a flight node"
+    )
+    if not expected_running:
+        return CheckRow(name, Verdict.SKIP, "not checked (--no-learner)", expected)
+    if report is None:
+        return _row(name, False, f"no vnd/learner/status report in {window_s:.1f} s", expected)
+    state = wire.learner_state_name(report.state)
+    measured = (
+        f"{state}, last report {report.received_age_s:.1f} s ago ({report.reports} in window), "
+        f"{report.ticks_stored} ticks stored, latest v{report.latest_version}"
+    )
+    failed = report.state == LearnerState.ERROR
+    ok = report.received_age_s <= thresholds.learner_max_age_s and not failed
+    if failed and report.message:
+        measured += f": {report.message}"
+    if report.latest_refused:
+        ok = False
+        measured += f"; BAD: newest bundle refused: {report.refusal}"
+    return _row(name, ok, measured, expected)
+
+
+# ---------------------------------------------------------------- disk
+
+
+@dataclass(frozen=True)
+class DiskSample:
+    """Free space where the replay store will live."""
+
+    run_dir: str  # the learner run directory asked about
+    probed: str  # the existing directory measured (run_dir or its nearest existing parent)
+    free_bytes: int  # bytes available to this user
+    writable: bool  # this user may create files there
+    store_bytes: int  # bytes already in <run_dir>/replay (0 when absent)
+
+
+def measure_disk(run_dir: str | os.PathLike[str]) -> DiskSample:
+    """Free space and writability of ``run_dir`` (or of its nearest existing parent)."""
+    path = Path(run_dir).expanduser().absolute()
+    probed = path
+    while not probed.exists() and probed != probed.parent:
+        probed = probed.parent
+    store = path / "replay"
+    store_bytes = (
+        sum(f.stat().st_size for f in store.rglob("*") if f.is_file()) if store.is_dir() else 0
+    )
+    return DiskSample(
+        run_dir=str(path),
+        probed=str(probed),
+        free_bytes=int(shutil.disk_usage(probed).free),
+        writable=os.access(probed, os.W_OK),
+        store_bytes=store_bytes,
+    )
+
+
+def check_disk(sample: DiskSample, thresholds: PreflightThresholds) -> CheckRow:
+    """PASS when the run directory is writable and has ``min_free_mb`` free."""
+    name = "disk space"
+    expected = f">= {thresholds.min_free_mb:.0f} MiB free, writable"
+    free_mb = sample.free_bytes / BYTES_PER_MB
+    where = (
+        sample.run_dir
+        if sample.probed == sample.run_dir
+        else (f"{sample.run_dir} (to be created; measured {sample.probed})")
+    )
+    store_mb = sample.store_bytes / BYTES_PER_MB
+    measured = f"{free_mb:.0f} MiB free at {where}, replay store {store_mb:.1f} MiB"
+    ok = free_mb >= thresholds.min_free_mb and sample.writable
+    if not sample.writable:
+        measured += "; BAD: not writable"
+    return _row(name, ok, measured, expected)
+
+
+# ---------------------------------------------------------------- output
+
+
+@dataclass
+class PreflightReport:
+    """All rows of one pre-flight run."""
+
+    rows: list[CheckRow] = field(default_factory=list)  # in check order
+    vehicle: str = ""  # vehicle namespace checked
+    window_s: float = 0.0  # listening time [s]
+
+    @property
+    def passed(self) -> bool:
+        """True when no row failed."""
+        return not any(row.failed for row in self.rows)
+
+    def to_json(self) -> str:
+        """The report as a JSON document (``vnd preflight --json``)."""
+        return json.dumps(
+            {
+                "vehicle": self.vehicle,
+                "window_s": self.window_s,
+                "passed": self.passed,
+                "rows": [row.to_dict() for row in self.rows],
+            },
+            indent=2,
+        )
+
+
+def format_table(report: PreflightReport) -> str:
+    """Fixed-width table, then one summary line."""
+    rows = report.rows
+    name_w = max([len("check"), *(len(r.name) for r in rows)])
+    measured_w = min(max([len("measured"), *(len(r.measured) for r in rows)]), 100)
+    lines = [f"{'check':<{name_w}}  result  {'measured':<{measured_w}}  expected"]
+    for row in rows:
+        lines.append(
+            f"{row.name:<{name_w}}  {row.verdict.value:<6}  {row.measured:<{measured_w}}  "
+            f"{row.expected}"
+        )
+    failed = [row.name for row in rows if row.failed]
+    if failed:
+        lines.append(f"preflight FAILED: {len(failed)} of {len(rows)} checks ({', '.join(failed)})")
+    else:
+        lines.append(f"preflight passed: {len(rows)} checks, vehicle '{report.vehicle}'")
+    return "\n".join(lines)
