@@ -20,8 +20,8 @@ from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
-from vnd_flight.stats import ReasonCounter
 
+from vnd_core.counters import ReasonCounter
 from vnd_core.state import ACTION_DIM, STATE_DIM
 
 # Reasons the buffer was cleared or an entry refused, as counted in ``ContextBuffer.counters``.

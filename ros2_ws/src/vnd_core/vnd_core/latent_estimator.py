@@ -27,9 +27,9 @@ from collections import deque
 
 import numpy as np
 import torch
-from vnd_flight.stats import ReasonCounter
 
 from vnd_core.context import BREAK_GAP, CommandLatch, ContextBuffer, ContextConfig
+from vnd_core.counters import ReasonCounter
 from vnd_core.vnd.features import context_features
 
 UNPAIRED_COMMAND = "unpaired_command"  # no odometry with the command's stamp is held

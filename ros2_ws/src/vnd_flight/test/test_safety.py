@@ -13,6 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vnd_core.config_io import repo_root
+from vnd_core.counters import ReasonCounter
 from vnd_core.dynamics import NominalModel
 from vnd_core.vehicle import load_vehicle
 from vnd_flight.envelope import EnvelopeConfig
@@ -34,7 +35,6 @@ from vnd_flight.safety import (
 from vnd_flight.stats import (
     LatencyWindow,
     RateEstimator,
-    ReasonCounter,
     ThreadSchedStat,
     TickMonitor,
     late_tick_breakdown,

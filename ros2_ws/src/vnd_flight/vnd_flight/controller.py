@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from vnd_core.bundle import Bundle
+from vnd_core.counters import ReasonCounter
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
 from vnd_core.units import NS_PER_S
@@ -37,7 +38,6 @@ from vnd_flight.arming import ArmingReply, Odometry
 from vnd_flight.rehearsal import StateSnapshot
 from vnd_flight.rejoin import ReferenceRejoin
 from vnd_flight.safety import Mode, SafetyConfig, SafetyFilter
-from vnd_flight.stats import ReasonCounter
 
 # Modes in which a fallback flies the vehicle: the policy's reference rejoins from the vehicle.
 REJOIN_MODES = frozenset({Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND})

@@ -24,10 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from vnd_core.counters import ReasonCounter
 from vnd_core.state import OMEGA, POS, QUAT, STATE_DIM, VEL
 from vnd_core.units import NS_PER_S
-
-from vnd_flight.stats import ReasonCounter
 
 # Rejection and reset reasons, as counted in ``PoseFilter.counters``.
 REJECT_NON_FINITE = "non_finite"

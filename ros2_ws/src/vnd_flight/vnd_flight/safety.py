@@ -42,6 +42,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
+from vnd_core.counters import ReasonCounter
 from vnd_core.state import ACTION_DIM, POS, QUAT, STATE_DIM, VEL
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
@@ -68,7 +69,6 @@ from vnd_flight.fallback import (
     Setpoint,
     yaw_of,
 )
-from vnd_flight.stats import ReasonCounter
 
 Vec3 = tuple[float, float, float]
 

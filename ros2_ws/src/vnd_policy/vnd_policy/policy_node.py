@@ -41,6 +41,7 @@ import torch
 from vnd_core.behaviour import BehaviourCheckConfig
 from vnd_core.bundle import BundleError, shipped_bundle_path
 from vnd_core.config_io import ConfigError
+from vnd_core.counters import ReasonCounter
 from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import load_scenario
 from vnd_core.units import NS_PER_S
@@ -64,7 +65,6 @@ from vnd_flight.safety import EVENT_CRASH, Mode, ModeChange, SafetyConfig
 from vnd_flight.stats import (
     LatencyWindow,
     RateEstimator,
-    ReasonCounter,
     ThreadSchedStat,
     TickMonitor,
     late_tick_breakdown,

@@ -5,7 +5,9 @@ breaks the first time someone moves an import to the top of a file. The static c
 every ``import`` statement of every package under ros2_ws/src, including the ones inside
 functions (a lazy import closes a circle just the same when its function runs), and fails
 naming the circle. The subprocess check imports the message modules each on its own in a fresh
-interpreter, the way a node or a test first touches them.
+interpreter, the way a node or a test first touches them. The layer check keeps the packages'
+imports pointing one way: numerics, then the flight runtime or the middleware, then the nodes,
+then the tools.
 """
 
 from __future__ import annotations
@@ -85,6 +87,44 @@ def test_no_import_circle_in_the_workspace() -> None:
     assert "vnd_ros.messages" in modules and "vnd_core.bundle" in modules, sorted(modules)
     graph = {name: imported_modules(path, name, modules) for name, path in modules.items()}
     assert import_circles(graph) == []
+
+
+# package -> the workspace packages it may import (besides itself)
+NODE_PACKAGES = ("vnd_encoder", "vnd_policy", "vnd_learner", "vnd_sim", "vnd_bridges")
+ALLOWED_IMPORTS: dict[str, set[str]] = {
+    "vnd_core": set(),
+    "vnd_flight": {"vnd_core"},
+    "vnd_ros": {"vnd_core"},
+    **{node: {"vnd_core", "vnd_flight", "vnd_ros"} for node in NODE_PACKAGES},
+    "vnd_tools": {"vnd_core", "vnd_flight", "vnd_ros", *NODE_PACKAGES},
+}
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``module -> imported module`` edges that go from a package to one it may not import."""
+    return [
+        f"{name} -> {target}"
+        for name, targets in sorted(graph.items())
+        for target in sorted(targets)
+        if target.split(".")[0] != name.split(".")[0]
+        and target.split(".")[0] not in ALLOWED_IMPORTS.get(name.split(".")[0], set())
+    ]
+
+
+def test_the_layer_check_finds_an_upward_import() -> None:
+    graph = {"vnd_core.learner": {"vnd_flight.safety"}, "vnd_flight.safety": {"vnd_core.units"}}
+    assert layer_violations(graph) == ["vnd_core.learner -> vnd_flight.safety"]
+
+
+def test_every_workspace_package_has_a_layer() -> None:
+    packages = {path.name for path in PACKAGES} - {"vnd_msgs"}
+    assert packages <= set(ALLOWED_IMPORTS), sorted(packages - set(ALLOWED_IMPORTS))
+
+
+def test_packages_import_only_the_layers_below_them() -> None:
+    modules = module_files()
+    graph = {name: imported_modules(path, name, modules) for name, path in modules.items()}
+    assert layer_violations(graph) == []
 
 
 @pytest.mark.parametrize("module", ["vnd_ros._idl", "vnd_ros.messages", "vnd_ros.names"])

@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 from vnd_core.config_io import ConfigError
+from vnd_core.counters import ReasonCounter
 from vnd_core.plant import PlantConfig
 from vnd_core.scenario import load_scenario
 from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
@@ -48,7 +49,7 @@ from vnd_core.state import OMEGA, POS, QUAT, VEL
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import load_vehicle
 from vnd_flight.realtime import request_realtime
-from vnd_flight.stats import LatencyWindow, RateEstimator, ReasonCounter, TickMonitor
+from vnd_flight.stats import LatencyWindow, RateEstimator, TickMonitor
 from vnd_ros.messages import get_message
 from vnd_ros.params import freeze_parameters
 from vnd_ros.qos import qos_profile_default, qos_profile_sensor_data, qos_profile_status

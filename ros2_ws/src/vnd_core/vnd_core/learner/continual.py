@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from vnd_flight.safety import SafetyConfig
 
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError, content_id
@@ -743,7 +742,9 @@ class ContinualLearner:
             )
         if v.behaviour_check:
             candidate = Bundle(active.version + 1, active.version, policy, self.vehicle, model)
-            envelope = BehaviourCheckConfig.for_flight(self.vehicle, SafetyConfig())
+            # The check's own tilt and rate limits: the default safety filter's are looser, and
+            # the policy node checks the bundle again against its configured filter on load.
+            envelope = BehaviourCheckConfig.for_flight(self.vehicle)
             try:
                 report = behaviour_check(candidate, envelope)
             except BundleError as err:
