@@ -1,5 +1,7 @@
 """Evaluation of adaptation methods (``vnd eval``) and offline replay tools.
 
+- :mod:`suite`: :class:`~vnd_core.evaluation.suite.EvalConfig` (the quick and full presets),
+  the methods built from a base bundle and the run over methods, scenarios and seeds.
 - :mod:`baselines`: the domain-randomised and oracle policies (a parametric disturbance model
   on top of the prior) and the oracle's true-disturbance input.
 - :mod:`continual_loop`: the simulated-time continual loop (plant at 50 Hz, asynchronous

@@ -16,6 +16,7 @@ from vnd_core.evaluation.continual_loop import (
     scale_scenario,
 )
 from vnd_core.evaluation.report import recovery_times
+from vnd_core.evaluation.suite import EvalConfig, evaluate
 from vnd_core.learner import LearnerConfig, ValidationConfig
 from vnd_core.learner.validation import hover_deviation_m
 from vnd_core.scenario import Phase, Scenario, load_scenario
@@ -23,7 +24,6 @@ from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.fit import FitConfig
 from vnd_core.vnd.model import VNDModel
-from vnd_tools.commands.eval import EvalConfig, evaluate
 
 VEHICLE = load_vehicle("agile")
 
