@@ -34,10 +34,11 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+from vnd_core.wire import Mode
 from vnd_flight.blind import tilt_rad
 from vnd_flight.fault_flight import FLIGHT_STATES, LEVEL_DEG, SCENARIO_NAMES, WIND_SCENARIO
 from vnd_flight.odometry_faults import FAULTS
-from vnd_flight.safety import Mode, SafetyConfig
+from vnd_flight.safety_config import SafetyConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "ros2_ws" / "src" / "vnd_policy" / "test" / "flight_harness.py"

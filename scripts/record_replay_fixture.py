@@ -59,6 +59,7 @@ def main() -> int:
     os.environ.setdefault("VND_MIDDLEWARE", "dds")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from vnd_core.bundle import shipped_bundle_path
+    from vnd_tools import flight_bag
     from vnd_tools.commands import fly
 
     bundle = (args.bundle or shipped_bundle_path()).resolve()
@@ -80,7 +81,7 @@ def main() -> int:
         if outcome.reason != "done":
             print(f"flight ended with '{outcome.reason}': fixture not written", file=sys.stderr)
             return 1
-        meta = json.loads((options.out / fly.META_FILE).read_text())
+        meta = json.loads((options.out / flight_bag.META_FILE).read_text())
         bag = options.out / "bag"
         size = sum(path.stat().st_size for path in bag.iterdir())
         if size > MAX_BAG_BYTES:

@@ -12,7 +12,8 @@ import pytest
 import torch
 from vnd_core import so3
 from vnd_core.dynamics import NominalModel
-from vnd_core.plant import ROTOR_POSITIONS, PlantConfig, TruePlant
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import ROTOR_POSITIONS, PlantConfig
 from vnd_core.scenario import (
     PayloadEvent,
     PayloadOffEvent,

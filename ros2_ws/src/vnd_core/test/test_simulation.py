@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from vnd_core.plant import PlantConfig
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.scenario import Phase, Scenario, WindEvent, calm_scenario
 from vnd_core.simulation import (
     CONDITION_DONE,

@@ -11,7 +11,7 @@ import transforms3d
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from vnd_core import so3
-from vnd_core.plant import cross_np, quat_exp_np, quat_mul_np, rotmat_np
+from vnd_core.plant_parts import cross_np, quat_exp_np, quat_mul_np, rotmat_np
 
 finite = st.floats(-3.0, 3.0, allow_nan=False, allow_infinity=False)
 vec3 = st.tuples(finite, finite, finite)

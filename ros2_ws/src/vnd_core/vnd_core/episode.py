@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from vnd_core.dynamics import CONTROL_PERIOD_S
-from vnd_core.plant import PlantConfig, TruePlant
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import PolicyNet
 from vnd_core.scenario import Scenario
 from vnd_core.state import POS

@@ -27,11 +27,26 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from vnd_core.plant_parts import (
+    ROTOR_COUNT,
+    MassProperties,
+    PlantConfig,
+    Wind,
+    allocation_matrix,
+    cross3,
+    cross_np,
+    matvec3,
+    quat_exp_np,
+    quat_mul_exp,
+    quat_mul_np,
+    rotate_inverse_np,
+    rotate_np,
+    rotmat_np,
+)
 from vnd_core.scenario import (
     Event,
     PayloadEvent,
@@ -45,230 +60,7 @@ from vnd_core.scenario import (
 from vnd_core.state import ACTION_DIM, GRAVITY_MPS2, OMEGA, POS, QUAT, STATE_DIM, VEL
 from vnd_core.vehicle import VehicleParams
 
-Vec3 = tuple[float, float, float]
-
 CONTROL_TICK_S = 0.02  # one 50 Hz control tick, the period of :meth:`TruePlant.step`
-ROTOR_COUNT = 4
-# Rotor positions in units of arm_length_m / sqrt(2), body frame (FLU), X layout:
-# 0 front-left, 1 back-left, 2 back-right, 3 front-right.
-ROTOR_POSITIONS = ((1.0, 1.0), (-1.0, 1.0), (-1.0, -1.0), (1.0, -1.0))
-# Sign of each rotor's reaction (yaw) torque about body z; diagonal pairs spin alike.
-ROTOR_YAW_SIGNS = (1.0, -1.0, 1.0, -1.0)
-
-
-@dataclass(frozen=True)
-class PlantConfig:
-    """Simulation settings of the true plant (the vehicle itself is a VehicleParams)."""
-
-    physics_rate_hz: float = 500.0  # internal integration rate (>= 200)
-    latency_s: float = 0.03  # set_command to motors, rounded to physics steps (1 to 2 ticks)
-    position_noise_m: float = 0.001  # mocap position noise, std per axis
-    attitude_noise_rad: float = 0.004  # mocap attitude noise, std of the rotation vector per axis
-    velocity_noise_mps: float = 0.02  # noise of the measured (filtered mocap) velocity, std
-    rate_noise_radps: float = 0.03  # noise of the measured body rates, std
-    floor_m: float = 0.0  # height of the floor: landing or crash when the vehicle reaches it
-    landing_speed_max_mps: float = 1.0  # reaching the floor faster than this is a crash
-    landing_tilt_max_deg: float = 30.0  # reaching the floor tilted further is a crash
-    arena_half_m: Vec3 = (10.0, 10.0, 10.0)  # crash when |p| exceeds this on any world axis
-    max_tilt_deg: float = 80.0  # crash when body z leans further than this from world z
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first invalid field."""
-        if not self.physics_rate_hz >= 200.0:
-            raise ValueError(f"physics_rate_hz must be >= 200, got {self.physics_rate_hz}")
-        noise = ("position_noise_m", "attitude_noise_rad", "velocity_noise_mps", "rate_noise_radps")
-        for name in ("latency_s", *noise):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 < self.max_tilt_deg <= 180:
-            raise ValueError(f"max_tilt_deg must be within (0, 180], got {self.max_tilt_deg}")
-        if not self.landing_speed_max_mps >= 0:
-            raise ValueError(
-                f"landing_speed_max_mps must be >= 0, got {self.landing_speed_max_mps}"
-            )
-        if not 0 <= self.landing_tilt_max_deg < 90:
-            raise ValueError(
-                f"landing_tilt_max_deg must be within [0, 90), got {self.landing_tilt_max_deg}"
-            )
-
-    @property
-    def physics_dt_s(self) -> float:
-        """Length of one integration step."""
-        return 1.0 / self.physics_rate_hz
-
-
-def allocation_matrix(vehicle: VehicleParams, com_offset_m: Vec3 = (0.0, 0.0, 0.0)) -> np.ndarray:
-    """Map rotor thrusts (4,) to [collective thrust, roll, pitch, yaw torque] (4,), as (4, 4).
-
-    Torques are about the centre of mass at ``com_offset_m`` (body frame): a thrust f at rotor
-    position r gives (r - c) x (0, 0, f) = ((r_y - c_y) f, -(r_x - c_x) f, 0).
-    """
-    d = vehicle.arm_length_m / math.sqrt(2.0)
-    rows: list[list[float]] = [[1.0] * ROTOR_COUNT, [], [], []]
-    for (x, y), sign in zip(ROTOR_POSITIONS, ROTOR_YAW_SIGNS, strict=True):
-        rows[1].append(d * y - com_offset_m[1])
-        rows[2].append(-(d * x - com_offset_m[0]))
-        rows[3].append(sign * vehicle.torque_coefficient_m)
-    return np.array(rows)
-
-
-# ------------------------------------------------------------------ rotations as linear maps
-
-
-def _quat_products_to_rotmat() -> np.ndarray:
-    """(16, 9) map from the outer product q q^T (flattened) to the rotation matrix (flattened).
-
-    Written with ww + xx + yy + zz in place of 1, so it holds for unit quaternions.
-    """
-    c = np.zeros((4, 4, 3, 3))
-    w, x, y, z = range(4)
-    for i, j, row, col, coef in [
-        (w, w, 0, 0, 1), (x, x, 0, 0, 1), (y, y, 0, 0, -1), (z, z, 0, 0, -1),
-        (x, y, 0, 1, 2), (w, z, 0, 1, -2), (x, z, 0, 2, 2), (w, y, 0, 2, 2),
-        (x, y, 1, 0, 2), (w, z, 1, 0, 2), (w, w, 1, 1, 1), (x, x, 1, 1, -1),
-        (y, y, 1, 1, 1), (z, z, 1, 1, -1), (y, z, 1, 2, 2), (w, x, 1, 2, -2),
-        (x, z, 2, 0, 2), (w, y, 2, 0, -2), (y, z, 2, 1, 2), (w, x, 2, 1, 2),
-        (w, w, 2, 2, 1), (x, x, 2, 2, -1), (y, y, 2, 2, -1), (z, z, 2, 2, 1),
-    ]:  # fmt: skip
-        c[i, j, row, col] += coef
-    return c.reshape(16, 9)
-
-
-_ROTMAT_MAP = _quat_products_to_rotmat()
-# Left-multiplication matrix of a quaternion: a * b = L(a) b with L(a)[r, k] = s[r, k] a[i[r, k]].
-_QMUL_INDEX = np.array([[0, 1, 2, 3], [1, 0, 3, 2], [2, 3, 0, 1], [3, 2, 1, 0]])
-_QMUL_SIGN = np.array([[1, -1, -1, -1], [1, 1, -1, 1], [1, 1, 1, -1], [1, -1, 1, 1]], dtype=float)
-
-
-def _outer_to_cross() -> np.ndarray:
-    """(9, 3) map with cross(a, b) = (a b^T flattened) @ map."""
-    c = np.zeros((3, 3, 3))
-    for k, (i, j) in enumerate([(1, 2), (2, 0), (0, 1)]):  # c_k = a_i b_j - a_j b_i
-        c[i, j, k], c[j, i, k] = 1.0, -1.0
-    return c.reshape(9, 3)
-
-
-_CROSS_MAP = _outer_to_cross()
-
-
-def rotmat_np(q: np.ndarray) -> np.ndarray:
-    """Rotation matrices (B, 3, 3), body to world, of unit quaternions q (B, 4) (w x y z)."""
-    outer = (q[:, :, None] * q[:, None, :]).reshape(-1, 16)
-    return (outer @ _ROTMAT_MAP).reshape(-1, 3, 3)
-
-
-def quat_mul_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Hamilton product a * b of quaternions (B, 4)."""
-    return ((a[:, _QMUL_INDEX] * _QMUL_SIGN) @ b[:, :, None])[:, :, 0]
-
-
-def quat_exp_np(rotvec: np.ndarray) -> np.ndarray:
-    """Unit quaternions (B, 4) of rotation vectors (B, 3) in rad."""
-    half = 0.5 * np.sqrt((rotvec * rotvec).sum(axis=1, keepdims=True))
-    # sin(half) / half is exact in float64 down to the smallest half; at half = 0 the rotation
-    # vector is zero, so the floor only avoids 0 / 0.
-    scale = 0.5 * np.sin(half) / np.maximum(half, 1e-300)
-    return np.concatenate([np.cos(half), rotvec * scale], axis=1)
-
-
-def rotate_np(rot: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Rotate vectors v (B, 3) by rotation matrices rot (B, 3, 3)."""
-    return (rot @ v[:, :, None])[:, :, 0]
-
-
-def rotate_inverse_np(rot: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Rotate vectors v (B, 3) by the transposes of rot (B, 3, 3)."""
-    return (v[:, None, :] @ rot)[:, 0, :]
-
-
-def cross_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Cross products (B, 3) of (B, 3) vectors; much faster than np.cross for small batches."""
-    return (a[:, :, None] * b[:, None, :]).reshape(-1, 9) @ _CROSS_MAP
-
-
-# ----------------------------------------------------------------------- disturbance models
-
-
-class _Wind:
-    """Air velocity of one wind event: mean + Ornstein-Uhlenbeck gusts + sinusoid, per env."""
-
-    def __init__(self, event: WindEvent, batch_size: int, rng: np.random.Generator):
-        self.mean_mps = np.array(event.velocity_mps, dtype=float)
-        self.gusty = event.kind == "gusts"
-        self.sinusoidal = event.kind == "sinusoidal"
-        self.gust_std_mps = np.array(event.gust_std_mps, dtype=float)
-        self.gust_tau_s = event.gust_time_constant_s
-        self.amplitude_mps = np.array(event.amplitude_mps, dtype=float)
-        self.omega_radps = 2.0 * math.pi / event.period_s
-        # Every env starts its gusts from the stationary distribution and its sinusoid at its
-        # own phase, so a batch samples the condition instead of repeating one realisation.
-        self.gust_mps = self.gust_std_mps * rng.standard_normal((batch_size, 3))
-        self.phase_rad = 2.0 * math.pi * rng.random((batch_size, 1))
-
-    def velocity_mps(self, t_s: float) -> np.ndarray:
-        """Air velocity (B, 3) in the world frame at scenario time ``t_s``."""
-        wind = (
-            self.mean_mps + self.gust_mps
-            if self.gusty
-            else np.broadcast_to(self.mean_mps, self.gust_mps.shape)
-        )
-        if self.sinusoidal:
-            wind = wind + self.amplitude_mps * np.sin(self.omega_radps * t_s + self.phase_rad)
-        return wind
-
-    def advance(self, dt_s: float, rng: np.random.Generator) -> None:
-        """Step the gust process by ``dt_s`` with its exact discretisation."""
-        if not self.gusty:
-            return
-        decay = math.exp(-dt_s / self.gust_tau_s)
-        noise = rng.standard_normal(self.gust_mps.shape)
-        self.gust_mps = (
-            decay * self.gust_mps + (math.sqrt(1.0 - decay**2) * self.gust_std_mps) * noise
-        )
-
-
-class _MassProperties:
-    """Mass, centre of mass and inertia of vehicle + payload about their common centre."""
-
-    def __init__(self, vehicle: VehicleParams, payload: PayloadEvent | None):
-        mass_kg = vehicle.mass_kg
-        inertia = np.diag(vehicle.inertia_kgm2)
-        self.payload_kg = 0.0 if payload is None else payload.mass_kg
-        self.com_m = np.zeros(3)
-        if payload is not None:
-            r_p = np.array(payload.com_offset_m, dtype=float)
-            total_kg = mass_kg + payload.mass_kg
-            self.com_m = r_p * (payload.mass_kg / total_kg)
-            # Parallel-axis theorem: the vehicle (its centre at the body origin) and a point
-            # payload at r_p, both about the common centre of mass.
-            inertia = (
-                inertia
-                + _point_inertia(mass_kg, -self.com_m)
-                + _point_inertia(payload.mass_kg, r_p - self.com_m)
-            )
-            mass_kg = total_kg
-        self.mass_kg = mass_kg
-        self.inertia = inertia
-        self.inertia_inv = np.linalg.inv(inertia)
-        self.offset = bool(np.any(self.com_m != 0.0))
-
-
-def _point_inertia(mass_kg: float, r_m: np.ndarray) -> np.ndarray:
-    """Inertia (3, 3) of a point mass at ``r_m`` about the origin."""
-    return mass_kg * (r_m @ r_m * np.eye(3) - np.outer(r_m, r_m))
-
-
-# ------------------------------------------------------------------- one vehicle, plain floats
-
-
-def _cross(a: list[float], b: list[float]) -> list[float]:
-    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
-
-
-def _matvec(m: list[list[float]], v: list[float]) -> list[float]:
-    return [m[0][0] * v[0] + m[0][1] * v[1] + m[0][2] * v[2],
-            m[1][0] * v[0] + m[1][1] * v[1] + m[1][2] * v[2],
-            m[2][0] * v[0] + m[2][1] * v[1] + m[2][2] * v[2]]  # fmt: skip
 
 
 class _OneVehicle:
@@ -326,7 +118,7 @@ class _OneVehicle:
         self._refresh()
         pl, h, w, q = self.plant, self.h, self.w, self.q
         jn, jg = self.inertia_nom, self.inertia_gain
-        gyro = _cross(w, [w[0] * jn[0], w[1] * jn[1], w[2] * jn[2]])
+        gyro = cross3(w, [w[0] * jn[0], w[1] * jn[1], w[2] * jn[2]])
         rc = self.rates_cmd
         torque_cmd = [jg[i] * (rc[i] - w[i]) + gyro[i] for i in range(3)]
         mt, mq, motor = self.mixer_thrust, self.mixer_torque, self.motor
@@ -363,20 +155,20 @@ class _OneVehicle:
         air_b = [rot[0][j] * air[0] + rot[1][j] * air[1] + rot[2][j] * air[2] for j in range(3)]
         drag_b = [-(self.drag_lin[j] + self.drag_quad[j] * abs(a)) * a for j, a in enumerate(air_b)]
         force_b = [drag_b[0], drag_b[1], drag_b[2] + wrench[0]]
-        accel = [f / self.mass_kg for f in _matvec(rot, force_b)]
+        accel = [f / self.mass_kg for f in matvec3(rot, force_b)]
         accel[2] += self.gravity_z
         torque = wrench[1:]
         if self.offset:
             com = self.com
-            torque = [t - c for t, c in zip(torque, _cross(com, drag_b), strict=True)]
-            gyro_true = _cross(w, _matvec(self.inertia, w))
-            w_dot = _matvec(
+            torque = [t - c for t, c in zip(torque, cross3(com, drag_b), strict=True)]
+            gyro_true = cross3(w, matvec3(self.inertia, w))
+            w_dot = matvec3(
                 self.inertia_inv, [t - g for t, g in zip(torque, gyro_true, strict=True)]
             )
             lever = [
-                a + b for a, b in zip(_cross(w_dot, com), _cross(w, _cross(w, com)), strict=True)
+                a + b for a, b in zip(cross3(w_dot, com), cross3(w, cross3(w, com)), strict=True)
             ]
-            accel = [a - b for a, b in zip(accel, _matvec(rot, lever), strict=True)]
+            accel = [a - b for a, b in zip(accel, matvec3(rot, lever), strict=True)]
         else:
             w_dot = [(torque[i] - gyro[i]) / jn[i] for i in range(3)]
         if pl._wind is not None:
@@ -384,24 +176,7 @@ class _OneVehicle:
         self.v = v = [v[i] + h * accel[i] for i in range(3)]
         self.w = w = [w[i] + h * w_dot[i] for i in range(3)]
         self.p = [self.p[i] + h * v[i] for i in range(3)]
-        self.q = _quat_mul_exp(q, [h * c for c in w])
-
-
-def _quat_mul_exp(q: list[float], rotvec: list[float]) -> list[float]:
-    """q * exp(rotvec) for a quaternion (4 floats) and a rotation vector (3 floats, rad)."""
-    half = 0.5 * math.sqrt(rotvec[0] ** 2 + rotvec[1] ** 2 + rotvec[2] ** 2)
-    scale = 0.5 * math.sin(half) / max(half, 1e-300)
-    bw, bx, by, bz = math.cos(half), rotvec[0] * scale, rotvec[1] * scale, rotvec[2] * scale
-    aw, ax, ay, az = q
-    return [
-        aw * bw - ax * bx - ay * by - az * bz,
-        aw * bx + ax * bw + ay * bz - az * by,
-        aw * by - ax * bz + ay * bw + az * bx,
-        aw * bz + ax * by - ay * bx + az * bw,
-    ]
-
-
-# ------------------------------------------------------------------------------- the plant
+        self.q = quat_mul_exp(q, [h * c for c in w])
 
 
 class TruePlant:
@@ -468,8 +243,8 @@ class TruePlant:
         self._thrust_cmd = np.full((self.batch_size, 1), hover_n)
         self._rates_cmd = np.zeros((self.batch_size, 3))
         self._pending: deque[tuple[int, np.ndarray]] = deque()
-        self._wind: _Wind | None = None
-        self._mass = _MassProperties(self.vehicle, None)
+        self._wind: Wind | None = None
+        self._mass = MassProperties(self.vehicle, None)
         self._efficiency = np.ones(ROTOR_COUNT)
         self._events = list(self.scenario.events) if self.scenario else []
         self._next_event = 0
@@ -650,13 +425,13 @@ class TruePlant:
     def _apply_event(self, event: Event) -> None:
         """Change the plant's condition as ``event`` says."""
         if isinstance(event, WindEvent):
-            self._wind = _Wind(event, self.batch_size, self._rng)
+            self._wind = Wind(event, self.batch_size, self._rng)
         elif isinstance(event, WindOffEvent):
             self._wind = None
         elif isinstance(event, PayloadEvent):
-            self._mass = _MassProperties(self.vehicle, event)
+            self._mass = MassProperties(self.vehicle, event)
         elif isinstance(event, PayloadOffEvent):
-            self._mass = _MassProperties(self.vehicle, None)
+            self._mass = MassProperties(self.vehicle, None)
         elif isinstance(event, PropDamageEvent):
             self._efficiency[event.rotor] = event.efficiency
         elif isinstance(event, PropRepairEvent):

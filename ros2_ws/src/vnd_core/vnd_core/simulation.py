@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vnd_core.plant import PlantConfig, TruePlant
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.scenario import Scenario
 from vnd_core.state import ACTION_DIM
 from vnd_core.units import NS_PER_S

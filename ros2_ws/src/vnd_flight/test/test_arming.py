@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from vnd_core.config_io import repo_root
 from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import Mode
 from vnd_flight import bundle_runtime
 from vnd_flight.arming import arm, arm_decision, disarm
-from vnd_flight.safety import Mode, SafetyConfig, SafetyFilter
+from vnd_flight.safety import SafetyFilter
+from vnd_flight.safety_config import SafetyConfig
 
 TICK_NS = 20_000_000
 VEHICLE = load_vehicle("agile")

@@ -38,7 +38,7 @@ from vnd_core.so3 import body_z_axis
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import VNDModel, VNDModelConfig
 from vnd_flight.bundle_runtime import policy_validator
-from vnd_flight.safety import SafetyConfig
+from vnd_flight.safety_config import SafetyConfig
 
 VEHICLE = load_vehicle("agile")
 SMALL_MODEL = VNDModelConfig(

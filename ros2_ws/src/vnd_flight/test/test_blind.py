@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from vnd_core.plant import PlantConfig, TruePlant
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.scenario import scenario_from_mapping
 from vnd_core.state import QUAT, VEL, hover_state
 from vnd_core.vehicle import load_vehicle

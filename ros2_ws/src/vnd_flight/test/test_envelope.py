@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import Mode
 from vnd_flight.envelope import (
     FAULT_BODY_RATE,
     FAULT_GEOFENCE,
@@ -21,7 +22,8 @@ from vnd_flight.envelope import (
     OdometryGuard,
     PolicyEnvelope,
 )
-from vnd_flight.safety import POLICY_SUSPENDED, Mode, SafetyConfig, SafetyFilter
+from vnd_flight.safety import POLICY_SUSPENDED, SafetyFilter
+from vnd_flight.safety_config import SafetyConfig
 
 VEHICLE = load_vehicle("agile")
 HOVER = np.array([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0])

@@ -12,7 +12,7 @@ import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.vehicle import load_vehicle
 from vnd_flight.fault_flight import FLIGHT_STATES, FaultFlight, fly_fault
-from vnd_flight.safety import SafetyConfig
+from vnd_flight.safety_config import SafetyConfig
 
 VEHICLE = load_vehicle("agile")
 LOSING = ("stop", "freeze_fresh", "freeze_old", "nan")  # odometry gone or unusable

@@ -13,6 +13,7 @@ from vnd_core.bundle import Bundle
 from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner, _attitude_columns
 from vnd_core.reference import ReferenceSpec
 from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import Mode
 from vnd_flight.controller import (
     LATENT_INVALID,
     LATENT_MISMATCH,
@@ -23,7 +24,7 @@ from vnd_flight.controller import (
     ReferenceRunner,
 )
 from vnd_flight.rehearsal import StateSnapshot
-from vnd_flight.safety import Mode, SafetyConfig
+from vnd_flight.safety_config import SafetyConfig
 
 PERIOD_NS = 20_000_000
 T0_NS = 1_000_000_000_000

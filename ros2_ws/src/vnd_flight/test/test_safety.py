@@ -16,6 +16,7 @@ from vnd_core.config_io import repo_root
 from vnd_core.counters import ReasonCounter
 from vnd_core.dynamics import NominalModel
 from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import Mode
 from vnd_flight.envelope import EnvelopeConfig
 from vnd_flight.safety import (
     EVENT_BLIND_DISARM,
@@ -28,10 +29,9 @@ from vnd_flight.safety import (
     FAULT_ODOM_STALE,
     LIMIT_SLEW,
     LIMIT_THRUST,
-    Mode,
-    SafetyConfig,
     SafetyFilter,
 )
+from vnd_flight.safety_config import SafetyConfig
 from vnd_flight.stats import (
     LatencyWindow,
     RateEstimator,

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from vnd_core.units import NS_PER_S
+from vnd_core.wire import Mode
 
-from vnd_flight.safety import Mode, SafetyConfig, SafetyFilter, not_resting_reason
+from vnd_flight.safety import SafetyFilter
+from vnd_flight.safety_config import SafetyConfig, not_resting_reason
 
 Odometry = tuple[np.ndarray, int]  # (state (13,), stamp ns) of the newest odometry
 

@@ -32,12 +32,14 @@ from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
+from vnd_core.wire import Mode
 
 from vnd_flight import arming
 from vnd_flight.arming import ArmingReply, Odometry
 from vnd_flight.rehearsal import StateSnapshot
 from vnd_flight.rejoin import ReferenceRejoin
-from vnd_flight.safety import Mode, SafetyConfig, SafetyFilter
+from vnd_flight.safety import SafetyFilter
+from vnd_flight.safety_config import SafetyConfig
 
 # Modes in which a fallback flies the vehicle: the policy's reference rejoins from the vehicle.
 REJOIN_MODES = frozenset({Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND})

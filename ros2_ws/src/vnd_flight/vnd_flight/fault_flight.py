@@ -31,13 +31,14 @@ from vnd_core.simulation import SimulatedVehicle, SimulationConfig
 from vnd_core.state import POS, QUAT, VEL
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
+from vnd_core.wire import Mode
 
 from vnd_flight.blind import tilt_rad
 from vnd_flight.controller import PolicyController
 from vnd_flight.fallback import FallbackController, yaw_of
 from vnd_flight.odometry_faults import FAULTS, OdometryFault
 from vnd_flight.pose_filter import PoseFilter
-from vnd_flight.safety import Mode, SafetyConfig
+from vnd_flight.safety_config import SafetyConfig
 
 NS_PER_MS = 1_000_000
 FLIGHT_STATES = ("hover", "figure8", "wind")

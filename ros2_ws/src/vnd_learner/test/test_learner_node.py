@@ -187,7 +187,7 @@ def test_a_bundle_the_policy_node_refuses_shows_in_learner_status(
     import torch
     from vnd_core.bundle import Bundle, bundle_to_bytes, load_bundle, shipped_bundle_path
     from vnd_flight.learner_store.registry import BundleRegistry
-    from vnd_ros.client import LearnerHealth
+    from vnd_ros.stack_records import LearnerHealth
     from vnd_tools.commands.status import StatusView, format_table
     from vnd_tools.preflight import LearnerReport, PreflightThresholds, check_learner
 

@@ -44,9 +44,9 @@ from vnd_core.bundle import (
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd import VNDModel, VNDModelConfig
+from vnd_core.wire import Mode
 from vnd_flight.msgfields import fill_odometry, odometry_state, set_stamp
 from vnd_flight.msgfields import stamp_ns as stamp_of
-from vnd_flight.safety import Mode
 
 ROOT = Path(__file__).resolve().parents[4]
 # Loopback only, also when the harness is used outside pytest (the root conftest sets it too).

@@ -110,7 +110,7 @@ class NodeProcess:
 @pytest.fixture(scope="module")
 def recorded() -> dict:
     """The fixture's recorded messages by topic (relative name) as (stamp, message) lists."""
-    from vnd_ros.bag import read_messages
+    from vnd_ros.bag_read import read_messages
 
     if not BAG.is_dir() or not BUNDLE.is_file():
         pytest.fail(f"fixture missing: {BAG} / {BUNDLE}; run scripts/record_replay_fixture.py")

@@ -15,11 +15,11 @@ import pytest
 import torch
 import yaml
 from vnd_core.bundle import bundle_to_bytes
+from vnd_core.wire import Mode
 from vnd_flight.blind import tilt_rad
 from vnd_flight.fault_flight import WIND_SCENARIO
 from vnd_flight.msgfields import odometry_state
 from vnd_flight.msgfields import stamp_ns as stamp_of
-from vnd_flight.safety import Mode
 from vnd_ros.qos import (
     qos_profile_model,
 )

@@ -10,8 +10,8 @@ import time
 import numpy as np
 import torch
 from vnd_core.bundle import bundle_to_bytes, save_bundle
+from vnd_core.wire import Mode
 from vnd_flight.msgfields import stamp_ns
-from vnd_flight.safety import Mode
 from vnd_ros.qos import (
     qos_profile_default,
     qos_profile_model,

@@ -46,7 +46,7 @@ from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import load_scenario
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import load_vehicle
-from vnd_core.wire import CheckpointAction
+from vnd_core.wire import CheckpointAction, Mode
 from vnd_flight.bundle_runtime import BundleRuntime, CheckpointReply, policy_validator
 from vnd_flight.checkpoint_endpoint import CheckpointEndpoint
 from vnd_flight.controller import (
@@ -61,7 +61,8 @@ from vnd_flight.controller import (
 )
 from vnd_flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_flight.realtime import request_realtime
-from vnd_flight.safety import EVENT_CRASH, Mode, ModeChange, SafetyConfig
+from vnd_flight.safety import EVENT_CRASH
+from vnd_flight.safety_config import ModeChange, SafetyConfig
 from vnd_flight.stats import (
     LatencyWindow,
     RateEstimator,

@@ -20,7 +20,8 @@ import pytest
 from mcap.reader import make_reader
 from rosbags.highlevel import AnyReader
 from vnd_ros import messages
-from vnd_ros.bag import BagError, BagRecorder, bag_info, read_messages, read_raw
+from vnd_ros.bag import BagRecorder
+from vnd_ros.bag_read import BagError, bag_info, read_messages, read_raw
 from vnd_tools.cli import main as vnd_main
 
 TEST_DIR = Path(__file__).parent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from vnd_ros.launch import LaunchError, parse_launch_file, resolve_launch
-from vnd_ros.launch.parser import Group, Node
+from vnd_ros.launch.entities import Group, Node
 
 REPO = Path(__file__).resolve().parents[4]
 SHIPPED = sorted((REPO / "launch").glob("*.launch.yaml"))

@@ -28,25 +28,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability
 from rosbags.interfaces import QosTime as RosbagsQosTime
-from rosbags.rosbag2 import Reader, StoragePlugin, Writer
+from rosbags.rosbag2 import StoragePlugin, Writer
 from vnd_core.bagfile import (
-    BagFileError,
     DurableBagWriter,
     FlushPolicy,
-    RecoveryReport,
-    needs_recovery,
-    recover_bag,
 )
 
 from vnd_ros import messages, runtime
+from vnd_ros.bag_read import BagError, _absolute
 from vnd_ros.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 BAG_FORMAT_VERSION = 9  # rosbag2 metadata version written (Jazzy reads 9, Humble reads <= 9)
@@ -56,13 +52,6 @@ PLAY_DEPTH = 1000  # writer history per topic when the bag stores no QoS for it
 SPIN_STEP_S = 0.05  # longest executor wait, so stop requests are seen promptly
 DISCOVERY_PERIOD_S = 0.25  # how often a recorder looks for newly announced topics
 _ZERO_TIME = RosbagsQosTime(sec=0, nsec=0)
-
-
-class BagError(RuntimeError):
-    """A bag cannot be written, read or played (names the bag and the reason)."""
-
-
-# ---------------------------------------------------------------- graph discovery
 
 
 @dataclass(frozen=True)
@@ -410,243 +399,6 @@ def _close_cli_node(cli_node: CliNode | None, probe: GraphProbe | None) -> None:
         probe.close()
     if cli_node is not None:
         cli_node.close()
-
-
-def _absolute(topic: str) -> str:
-    return topic if topic.startswith("/") else "/" + topic
-
-
-# ---------------------------------------------------------------- reading and info
-
-
-@dataclass(frozen=True)
-class TopicSummary:
-    """One topic of a bag."""
-
-    name: str  # ROS topic name
-    msgtype: str  # ROS type name
-    count: int  # messages stored
-
-
-@dataclass(frozen=True)
-class BagInfo:
-    """What ``vnd bag info`` shows."""
-
-    path: Path  # bag folder
-    storage: str  # storage plugin ("mcap" or "sqlite3")
-    start_ns: int  # first message stamp (ns since epoch), 0 for an empty bag
-    end_ns: int  # last message stamp (ns since epoch), 0 for an empty bag
-    message_count: int  # all messages
-    topics: tuple[TopicSummary, ...]  # per topic, sorted by name
-
-    @property
-    def duration_s(self) -> float:
-        """Time between the first and the last message [s]."""
-        return (self.end_ns - self.start_ns) / 1e9 if self.message_count else 0.0
-
-
-def recover(path: str | Path) -> RecoveryReport:
-    """Close the torn MCAP files of the bag folder ``path`` (a killed recorder's) and write its
-    metadata.yaml from the MCAP records alone; see :func:`vnd_core.bagfile.recover_bag`."""
-    try:
-        return recover_bag(path, type_hash=_type_hash_or_empty)
-    except (BagFileError, OSError) as err:
-        raise BagError(f"cannot recover bag {path}: {err}") from err
-
-
-def bag_needs_recovery(path: str | Path) -> bool:
-    """True for a bag folder without metadata.yaml or with an MCAP file without footer."""
-    return Path(path).is_dir() and needs_recovery(Path(path))
-
-
-def _type_hash_or_empty(msgtype: str) -> str:
-    try:
-        return messages.type_hash(msgtype)
-    except (messages.UnknownMessageTypeError, ValueError):  # a type this install does not know
-        return ""
-
-
-def _open_reader(path: str | Path) -> Reader:
-    try:
-        reader = Reader(Path(path))
-        reader.open()
-    except Exception as err:  # rosbags raises several error types: name the bag once
-        raise BagError(f"cannot open bag {path}: {err}") from err
-    return reader
-
-
-def bag_info(path: str | Path) -> BagInfo:
-    """Summary of the bag at ``path``."""
-    reader = _open_reader(path)
-    try:
-        topics = tuple(
-            TopicSummary(name, info.msgtype or "", info.msgcount)
-            for name, info in sorted(reader.topics.items())
-        )
-        count = reader.message_count
-        storage = _storage_identifier(Path(path))
-        return BagInfo(
-            Path(path),
-            storage,
-            reader.start_time if count else 0,
-            reader.end_time if count else 0,
-            count,
-            topics,
-        )
-    finally:
-        reader.close()
-
-
-def _storage_identifier(path: Path) -> str:
-    """Storage plugin named in a bag folder's metadata.yaml (or by a single file's suffix)."""
-    if path.is_dir():
-        metadata = yaml.safe_load((path / "metadata.yaml").read_text())
-        return str(metadata["rosbag2_bagfile_information"]["storage_identifier"])
-    return {".mcap": "mcap", ".db3": "sqlite3"}.get(path.suffix, path.suffix)
-
-
-def format_info(info: BagInfo) -> str:
-    """Human-readable summary, like ``ros2 bag info``."""
-    lines = [
-        f"Files:            {info.path}",
-        f"Storage id:       {info.storage}",
-        f"Duration:         {info.duration_s:.3f}s",
-        f"Start:            {_stamp_text(info.start_ns)}",
-        f"End:              {_stamp_text(info.end_ns)}",
-        f"Messages:         {info.message_count}",
-        "Topic information:",
-    ]
-    width = max((len(topic.name) for topic in info.topics), default=0)
-    lines += [
-        f"  {topic.name:<{width}}  {topic.msgtype}  count: {topic.count}" for topic in info.topics
-    ]
-    return "\n".join(lines)
-
-
-def _stamp_text(stamp_ns: int) -> str:
-    seconds, nanoseconds = divmod(stamp_ns, 1_000_000_000)
-    wall = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
-    return f"{wall}.{nanoseconds:09d} ({seconds}.{nanoseconds:09d})"
-
-
-def read_raw(
-    path: str | Path, topics: Sequence[str] | None = None
-) -> Iterator[tuple[str, str, int, bytes]]:
-    """``(topic, msgtype, stamp_ns, cdr_bytes)`` in time order; ``topics`` filters."""
-    reader = _open_reader(path)
-    try:
-        wanted = None if topics is None else {_absolute(topic) for topic in topics}
-        missing = set() if wanted is None else wanted - set(reader.topics)
-        if missing:
-            raise BagError(f"bag {path} has no topic {', '.join(sorted(missing))}")
-        connections = [c for c in reader.connections if wanted is None or c.topic in wanted]
-        for connection, stamp_ns, data in reader.messages(connections=connections):
-            yield connection.topic, connection.msgtype, stamp_ns, bytes(data)
-    finally:
-        reader.close()
-
-
-def read_messages(
-    path: str | Path, topics: Sequence[str] | None = None
-) -> Iterator[tuple[str, str, int, Any]]:
-    """``(topic, msgtype, stamp_ns, message)`` in time order, as active-backend messages."""
-    for topic, msgtype, stamp_ns, data in read_raw(path, topics):
-        yield topic, msgtype, stamp_ns, messages.deserialize(msgtype, data)
-
-
-# ---------------------------------------------------------------- playback
-
-
-def play(
-    path: str | Path,
-    *,
-    rate: float = 1.0,
-    topics: Sequence[str] | None = None,
-    loop: bool = False,
-    wait_for_subscribers_s: float = 0.0,
-    stop: threading.Event | None = None,
-    node_name: str = "vnd_bag_player",
-) -> int:
-    """Publish the bag's messages with their original spacing divided by ``rate``.
-
-    Waits up to ``wait_for_subscribers_s`` for every topic to have a subscriber before the
-    first message (a volatile reader that matches late misses what was sent before). Returns
-    the number of messages published; ``stop`` ends playback early; ``loop`` repeats.
-    """
-    if rate <= 0.0:
-        raise BagError(f"rate must be positive, got {rate}")
-    qos_by_topic = _stored_qos(path)
-    cli_node = CliNode(node_name)
-    try:
-        publishers = {
-            summary.name: cli_node.node.create_publisher(
-                messages.get_message(summary.msgtype),
-                summary.name,
-                qos_by_topic.get(summary.name) or QoSProfile(depth=PLAY_DEPTH),
-            )
-            for summary in bag_info(path).topics
-            if topics is None or summary.name in {_absolute(topic) for topic in topics}
-        }
-        _wait_for_subscribers(publishers, wait_for_subscribers_s, stop)
-        published = 0
-        while True:
-            published += _play_once(path, publishers, rate, stop)
-            if not loop or (stop is not None and stop.is_set()) or not runtime.ok():
-                break
-        for publisher in publishers.values():
-            _flush(publisher)
-        return published
-    finally:
-        cli_node.close()
-
-
-def _stored_qos(path: str | Path) -> dict[str, QoSProfile]:
-    reader = _open_reader(path)
-    try:
-        return {
-            connection.topic: _profile_from_rosbags(connection.ext.offered_qos_profiles[0])
-            for connection in reader.connections
-            if getattr(connection.ext, "offered_qos_profiles", None)
-        }
-    finally:
-        reader.close()
-
-
-def _wait_for_subscribers(
-    publishers: Mapping[str, Any], timeout_s: float, stop: threading.Event | None
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
-        if all(pub.get_subscription_count() > 0 for pub in publishers.values()):
-            return
-        time.sleep(0.02)
-
-
-def _play_once(
-    path: str | Path, publishers: Mapping[str, Any], rate: float, stop: threading.Event | None
-) -> int:
-    start_wall: float | None = None
-    first_ns = 0
-    published = 0
-    for topic, msgtype, stamp_ns, data in read_raw(path, list(publishers)):
-        if start_wall is None:
-            start_wall, first_ns = time.monotonic(), stamp_ns
-        due = start_wall + (stamp_ns - first_ns) / 1e9 / rate
-        if _sleep_until(due, stop) or not runtime.ok():  # stop event, or SIGTERM to the node
-            break
-        publishers[topic].publish(messages.deserialize(msgtype, data))
-        published += 1
-    return published
-
-
-def _sleep_until(due: float, stop: threading.Event | None) -> bool:
-    """Sleep until monotonic time ``due``; True when ``stop`` was set meanwhile."""
-    remaining = due - time.monotonic()
-    if stop is not None:
-        return stop.wait(max(remaining, 0.0))
-    if remaining > 0:
-        time.sleep(remaining)
-    return False
 
 
 def _flush(publisher: Any, timeout_s: float = 2.0) -> None:

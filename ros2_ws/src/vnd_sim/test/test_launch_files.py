@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from vnd_ros.launch import parse_launch_file, resolve_launch
-from vnd_ros.launch.parser import Group, Node
+from vnd_ros.launch.entities import Group, Node
 from vnd_ros.ros_args import load_params_file, parse_ros_args
 from vnd_sim.sim_node import SimNodeConfig
 

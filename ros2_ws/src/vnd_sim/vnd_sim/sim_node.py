@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from vnd_core.config_io import ConfigError
 from vnd_core.counters import ReasonCounter
-from vnd_core.plant import PlantConfig
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.scenario import load_scenario
 from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
 from vnd_core.state import OMEGA, POS, QUAT, VEL

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 from vnd_tools import flight_report as fr
+from vnd_tools import flight_report_files
 
 NS = 1_000_000_000
 ZERO_NS = 1_700_000_000 * NS  # clock time of scenario time 0 in these tests
@@ -116,7 +117,7 @@ def test_report_json_contract_and_files(tmp_path):
         missed_ticks=0,
         updates=updates,
     )
-    data = json.loads(fr.write_json(report, tmp_path / "report.json").read_text())
+    data = json.loads(flight_report_files.write_json(report, tmp_path / "report.json").read_text())
     assert [p["name"] for p in data["phases"]] == ["calm", "wind_a", "calm", "wind_a"]
     for phase in data["phases"]:
         assert {"name", "start_s", "end_s", "rmse_m", "recovery_s"} <= set(phase)
@@ -133,9 +134,9 @@ def test_report_json_contract_and_files(tmp_path):
     assert data["model_updates"][1]["active_s"] is None
     assert data["model_push_median_s"] == pytest.approx(0.4)
     assert data["improvement"]["phase"] == "wind_a"
-    md = fr.write_markdown(report, tmp_path / "report.md", "test").read_text()
+    md = flight_report_files.write_markdown(report, tmp_path / "report.md", "test").read_text()
     assert "1.2" in md and "median" in md and "wind_a" in md
-    png = fr.plot_report(report, tmp_path / "report.png", "test")
+    png = flight_report_files.plot_report(report, tmp_path / "report.png", "test")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert report.latent_z.shape == (len(t), 3)
 
@@ -144,7 +145,7 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
     """``vnd fly --report-only``: a bag written with the stack's message types -> report."""
     from rosbags.rosbag2 import StoragePlugin, Writer
     from vnd_ros import messages
-    from vnd_tools.commands import fly
+    from vnd_tools import flight_bag
 
     run = tmp_path / "run"
     run.mkdir()
@@ -221,8 +222,8 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
         "stack_exit_code": 0,
         "failures": [],
     }
-    (run / fly.META_FILE).write_text(json.dumps(meta))
-    table = fly.write_report(run)
+    (run / flight_bag.META_FILE).write_text(json.dumps(meta))
+    table = flight_bag.write_report(run)
     data = json.loads((run / "report.json").read_text())
     assert [p["name"] for p in data["phases"]] == ["p0", "p1"]
     assert data["phases"][0]["rmse_m"] == pytest.approx(math.sqrt((0.01 + 0.09) / 2), rel=0.02)
@@ -242,21 +243,21 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
 
 def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):
     """host_cpu.npz + per-tick latencies -> report.json's host_cpu and the summary line."""
-    from vnd_tools.commands import fly
+    from vnd_tools import flight_bag
 
     wall_s = 500.0 + np.arange(31, dtype=float)
     per_second = np.zeros((30, 8), dtype=np.int64)
     per_second[:, 3] = 200  # idle
     per_second[10:20, 7] = 20  # 10 % steal from 10 s to 20 s
     cpu_times = np.vstack([np.zeros((1, 8), np.int64), np.cumsum(per_second, axis=0)])
-    np.savez(tmp_path / fly.HOST_CPU_FILE, wall_s=wall_s, cpu_times=cpu_times)
+    np.savez(tmp_path / flight_bag.HOST_CPU_FILE, wall_s=wall_s, cpu_times=cpu_times)
     ticks = 500.005 + 0.02 * np.arange(1500)
     latency = np.where((ticks >= 510.005) & (ticks < 520.005), 4.0, 0.8)
-    host = fly._host_cpu(tmp_path / fly.HOST_CPU_FILE, ticks, latency)
+    host = flight_bag._host_cpu(tmp_path / flight_bag.HOST_CPU_FILE, ticks, latency)
     assert host["sampled"] and host["quiet"]["windows"] == 2 and host["steal"]["windows"] == 1
     assert host["quiet"]["p99_ms"] == pytest.approx(0.8)
     assert host["steal"]["p99_ms"] == pytest.approx(4.0)
-    assert fly._host_cpu(tmp_path / "missing.npz", ticks, latency) == {"sampled": False}
+    assert flight_bag._host_cpu(tmp_path / "missing.npz", ticks, latency) == {"sampled": False}
     data = {
         "phases": [],
         "control_latency_ms": {"p50": 0.8, "p99": 4.0, "samples": 1500},
@@ -264,7 +265,7 @@ def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):
         "model_updates": [],
         "host_cpu": host,
     }
-    line = fr.summary_table(data).splitlines()[2]
+    line = flight_report_files.summary_table(data).splitlines()[2]
     assert line.startswith("host CPU steal 3.2% of the flight")  # 200 of 6200 ticks
     assert "< 1% steal: 2, p99 0.800 ms, 0 late ticks" in line
     assert "others (steal up to" in line and "1, p99 4.000 ms" in line
@@ -273,15 +274,14 @@ def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):
 
 def test_fly_puts_late_ticks_against_the_host_stalls_and_prints_them(tmp_path):
     """host_stalls.npz + the per-tick samples -> report.json's host_stalls and its line."""
-    from vnd_tools import hoststall
-    from vnd_tools.commands import fly
+    from vnd_tools import flight_bag, hoststall
 
     ticks_s = 600.0 + 0.02 * np.arange(500)
     ticks_s[100:] += 0.015  # tick 100 is 35 ms after tick 99 ...
     ticks_s[300:] += 0.015  # ... and so is tick 300
     odom_s = np.sort(np.concatenate([ticks_s - 0.001, ticks_s + 0.009]))
     np.savez(
-        tmp_path / fly.LATENCY_FILE,
+        tmp_path / flight_bag.LATENCY_FILE,
         command_stamp_ns=(ticks_s * 1e9).astype(np.int64),
         command_source_ns=(ticks_s * 1e9).astype(np.int64),
         odom_stamp_ns=(odom_s * 1e9).astype(np.int64),
@@ -294,16 +294,18 @@ def test_fly_puts_late_ticks_against_the_host_stalls_and_prints_them(tmp_path):
         hoststall.CpuStalls(0, True, 5000, np.zeros(0), np.zeros(0)),
         hoststall.CpuStalls(1, True, 5000, stall[:, 0], stall[:, 1]),
     ]
-    hoststall.save_stalls(tmp_path / fly.HOST_STALLS_FILE, probes)
-    stalls = fly._host_stalls(tmp_path / fly.HOST_STALLS_FILE, tmp_path / fly.LATENCY_FILE)
+    hoststall.save_stalls(tmp_path / flight_bag.HOST_STALLS_FILE, probes)
+    stalls = flight_bag._host_stalls(
+        tmp_path / flight_bag.HOST_STALLS_FILE, tmp_path / flight_bag.LATENCY_FILE
+    )
     assert stalls["probed"] and stalls["late_ticks"] == 2
     assert stalls["late_ticks_with_host_stall"] == 1
     assert [row["host"] for row in stalls["late"]] == [True, False]
     assert stalls["late"][0]["cpu_lost_ms"] == {"0": 0.0, "1": pytest.approx(12.0)}
     assert stalls["probe"]["1"]["stalls"] == 1 and stalls["probe"]["0"]["wakeups"] == 5000
-    assert fly._host_stalls(tmp_path / "missing.npz", tmp_path / fly.LATENCY_FILE) == {
-        "probed": False
-    }
+    assert flight_bag._host_stalls(
+        tmp_path / "missing.npz", tmp_path / flight_bag.LATENCY_FILE
+    ) == {"probed": False}
     data = {
         "phases": [],
         "control_latency_ms": {"p50": 0.8, "p99": 1.0, "samples": 500},
@@ -311,7 +313,7 @@ def test_fly_puts_late_ticks_against_the_host_stalls_and_prints_them(tmp_path):
         "model_updates": [],
         "host_stalls": stalls,
     }
-    line = fr.summary_table(data).splitlines()[2]
+    line = flight_report_files.summary_table(data).splitlines()[2]
     assert line.startswith("host stalls (per-CPU SCHED_FIFO 99 probe")
     assert "CPU 1 12 ms in 1 (longest 12.0 ms)" in line
     assert line.endswith(

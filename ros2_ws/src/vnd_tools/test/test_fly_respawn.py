@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from vnd_ros.launch.resolve import default_environment
-from vnd_tools.commands.fly import META_FILE, FlightOptions, fly
+from vnd_tools.commands.fly import FlightOptions, fly
+from vnd_tools.flight_bag import META_FILE
 
 FIXTURES = Path(__file__).resolve().parent / "fly_fixtures"
 

@@ -29,7 +29,8 @@ from vnd_core.evaluation.replay_bag import (
     write_transitions,
 )
 from vnd_core.learner.records import MODE_POLICY, TickRecords
-from vnd_core.plant import TruePlant, rotate_np, rotmat_np
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import rotate_np, rotmat_np
 from vnd_core.policy import PolicyRunner
 from vnd_core.scenario import Phase, Scenario, WindEvent
 from vnd_core.state import OMEGA, POS, QUAT, VEL

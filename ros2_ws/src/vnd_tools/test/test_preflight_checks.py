@@ -8,10 +8,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from vnd_core.units import NS_PER_S
 from vnd_tools.preflight import (
-    NS_PER_S,
     CheckRow,
-    DiskSample,
     LearnerReport,
     ListAnswer,
     NodeReport,
@@ -21,18 +20,21 @@ from vnd_tools.preflight import (
     by_role,
     check_bundle_active,
     check_bundle_versions,
+    check_learner,
+    check_node_warnings,
+    check_status_reports,
+    format_table,
+    node_role,
+)
+from vnd_tools.preflight_streams import (
+    DiskSample,
     check_clock_offset,
     check_commands,
     check_disk,
-    check_learner,
-    check_node_warnings,
     check_odometry,
-    check_status_reports,
     check_stream_jitter,
     check_stream_rate,
-    format_table,
     measure_disk,
-    node_role,
     stream_stats,
 )
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from vnd_ros.client import LearnerHealth, NodeHealth, StackSnapshot
+from vnd_ros.stack_records import LearnerHealth, NodeHealth, StackSnapshot
 from vnd_tools.commands.status import (
     STALE_AFTER_S,
     StatusMemory,

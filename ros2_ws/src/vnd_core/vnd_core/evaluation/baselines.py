@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from vnd_core.dynamics import NominalModel
-from vnd_core.plant import ROTOR_COUNT, allocation_matrix
+from vnd_core.plant_parts import ROTOR_COUNT, allocation_matrix
 from vnd_core.policy import ObservationBuilder, PolicyNet
 from vnd_core.scenario import (
     PayloadEvent,

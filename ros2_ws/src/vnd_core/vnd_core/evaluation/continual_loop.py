@@ -43,7 +43,8 @@ from vnd_core.learner.policy_update import (
 )
 from vnd_core.learner.records import MODE_POLICY
 from vnd_core.learner.validation import action_limit_violation, non_finite_tensor
-from vnd_core.plant import PlantConfig, TruePlant
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import PolicyNet, PolicyRunner
 from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.scenario import Phase, Scenario

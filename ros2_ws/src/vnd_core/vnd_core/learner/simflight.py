@@ -19,7 +19,8 @@ from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner.records import MODE_POLICY, TickRecords
-from vnd_core.plant import PlantConfig, TruePlant
+from vnd_core.plant import TruePlant
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import PolicyRunner
 from vnd_core.scenario import Scenario
 from vnd_core.state import POS

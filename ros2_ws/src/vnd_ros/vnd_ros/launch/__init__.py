@@ -5,9 +5,11 @@
 ``LaunchService`` runs them as separate OS processes.
 """
 
-from vnd_ros.launch.parser import LaunchDescription, parse_launch_file
+from vnd_ros.launch.entities import LaunchDescription
+from vnd_ros.launch.parser import parse_launch_file
+from vnd_ros.launch.processes import LaunchEvent, ProcessInfo, RespawnPolicy
 from vnd_ros.launch.resolve import ProcessSpec, ResolvedLaunch, resolve_launch
-from vnd_ros.launch.runner import LaunchEvent, LaunchService, ProcessInfo, RespawnPolicy
+from vnd_ros.launch.runner import LaunchService
 from vnd_ros.launch.source import LaunchError, Location
 
 __all__ = [

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vnd_ros.launch.executables import flatten_params, node_command, param_argument, typed_param
-from vnd_ros.launch.parser import (
+from vnd_ros.launch.entities import (
     Action,
     DeclareArg,
     Executable,
@@ -27,8 +26,9 @@ from vnd_ros.launch.parser import (
     ProcessOptions,
     PushRosNamespace,
     SetEnv,
-    parse_launch_file,
 )
+from vnd_ros.launch.executables import flatten_params, node_command, param_argument, typed_param
+from vnd_ros.launch.parser import parse_launch_file
 from vnd_ros.launch.source import LaunchError, Location
 from vnd_ros.launch.substitutions import Scope, Template, condition_value, evaluate
 from vnd_ros.paths import REPO_ROOT

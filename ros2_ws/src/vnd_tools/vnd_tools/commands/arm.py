@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from vnd_ros.client import CheckpointAction
+from vnd_core.wire import CheckpointAction
 
 from vnd_tools.commands.checkpoint import add_live_options, send
 

@@ -24,16 +24,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from vnd_ros.bag import (
-    STORAGES,
-    BagError,
-    BagRecorder,
-    bag_info,
-    bag_needs_recovery,
-    format_info,
-    play,
-    recover,
-)
+from vnd_ros.bag import STORAGES, BagRecorder
+from vnd_ros.bag_play import play
+from vnd_ros.bag_read import BagError, bag_info, bag_needs_recovery, format_info, recover
 from vnd_ros.launch.resolve import default_environment
 
 

@@ -22,8 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vnd_ros.client import CheckpointAction, CheckpointResult, ClientError, StackClient
+from vnd_core.wire import CheckpointAction
+from vnd_ros.client import StackClient
 from vnd_ros.launch.resolve import default_environment
+from vnd_ros.stack_records import CheckpointResult, ClientError
 
 DEFAULT_RUN_DIR = "/tmp/vnd_run"  # launch/vnd_sim.launch.yaml's run_dir default
 VERBS = {
@@ -254,7 +256,7 @@ def _behaviour_text(bundle: Any) -> str:
     import math
 
     from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
-    from vnd_flight.safety import SafetyConfig
+    from vnd_flight.safety_config import SafetyConfig
 
     config = BehaviourCheckConfig.for_flight(bundle.vehicle, SafetyConfig())
     report = behaviour_check(bundle, config)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from vnd_ros.client import CheckpointAction
+from vnd_core.wire import CheckpointAction
 
 from vnd_tools.commands.arm import add_arguments
 from vnd_tools.commands.checkpoint import send

@@ -31,18 +31,11 @@ from typing import Any
 
 import numpy as np
 from vnd_core.state import ACTION_DIM, STATE_DIM
-from vnd_core.wire import MODE_VALUES
+from vnd_core.wire import MODE_VALUES, CheckpointAction
 from vnd_flight.msgfields import odometry_state, stamp_ns
 from vnd_ros import messages
 from vnd_ros.bag import GraphProbe
-from vnd_ros.client import (
-    CheckpointAction,
-    ClientError,
-    LearnerHealth,
-    NodeHealth,
-    StackClient,
-    namespaced,
-)
+from vnd_ros.client import StackClient
 from vnd_ros.launch.resolve import default_environment
 from vnd_ros.qos import (
     DurabilityPolicy,
@@ -50,6 +43,7 @@ from vnd_ros.qos import (
     ReliabilityPolicy,
     qos_profile_status,
 )
+from vnd_ros.stack_records import ClientError, LearnerHealth, NodeHealth, namespaced
 
 from vnd_tools.preflight import (
     CheckRow,
@@ -61,16 +55,18 @@ from vnd_tools.preflight import (
     by_role,
     check_bundle_active,
     check_bundle_versions,
+    check_learner,
+    check_node_warnings,
+    check_status_reports,
+    format_table,
+)
+from vnd_tools.preflight_streams import (
     check_clock_offset,
     check_commands,
     check_disk,
-    check_learner,
-    check_node_warnings,
     check_odometry,
-    check_status_reports,
     check_stream_jitter,
     check_stream_rate,
-    format_table,
     measure_disk,
     stream_stats,
 )

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from vnd_core.units import NS_PER_S
 from vnd_core.wire import MODE_NAMES
-from vnd_ros.client import LearnerHealth, NodeHealth, StackClient, StackSnapshot
+from vnd_ros.client import StackClient
 from vnd_ros.launch.resolve import default_environment
+from vnd_ros.stack_records import LearnerHealth, NodeHealth, StackSnapshot
 
 WATCH_PERIOD_S = 1.0  # table refresh period of --watch (the nodes report at 1 Hz)
 STATUS_PERIOD_S = 1.0  # vnd/node_status and vnd/learner/status period of every node

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from vnd_core.plant import quat_mul_np
+from vnd_core.plant_parts import quat_mul_np
 from vnd_core.state import OMEGA, POS, QUAT, RATES, VEL
 
 FRAMES = ("enu_flu", "ned_frd")  # world/body frame pairs a log may be in

@@ -33,7 +33,7 @@ from rosbags.highlevel import AnyReader
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 from vnd_core.evaluation.replay_bag import transition_msg_path
-from vnd_core.plant import rotate_np, rotmat_np
+from vnd_core.plant_parts import rotate_np, rotmat_np
 from vnd_core.state import STATE_DIM
 from vnd_core.vehicle import VehicleParams
 from vnd_flight.msgfields import odometry_state, stamp_ns

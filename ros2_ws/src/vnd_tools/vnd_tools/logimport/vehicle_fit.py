@@ -24,7 +24,7 @@ import numpy as np
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.learner.records import TickRecords
 from vnd_core.learner.segmenter import split_runs
-from vnd_core.plant import rotmat_np
+from vnd_core.plant_parts import rotmat_np
 from vnd_core.state import GRAVITY_MPS2, OMEGA, QUAT, VEL
 from vnd_core.vehicle import VehicleParams
 
