@@ -128,8 +128,8 @@ def fly(
         "--middleware", middleware, "--out", str(out), "--timeout", str(duration_s + 180.0),
         "--vehicle", vehicle,
     ]  # fmt: skip
-    if not probe:
-        command.append("--no-host-probe")
+    if probe:
+        command.append("--host-diagnostics")
     start = time.monotonic()
     log = out.parent / f"{middleware}.vnd_fly.log"
     with log.open("w") as stream:

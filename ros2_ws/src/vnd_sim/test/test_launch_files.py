@@ -226,3 +226,12 @@ def test_launch_arguments_are_declared_once_with_descriptions(path, required):
     assert len(names) == len(set(names))
     assert required <= set(names)
     assert all(arg.description and arg.default is not None for arg in args)
+
+
+def test_flight_launch_keeps_the_tick_rehearsal_off_unless_the_operator_sets_it(ros_install):
+    policy = params_of(resolved_nodes(FLIGHT_LAUNCH)["policy"])
+    assert policy["rehearsal_lead_s"] == 0.0
+    chosen = params_of(resolved_nodes(FLIGHT_LAUNCH, rehearsal_lead_s="0.0025")["policy"])
+    assert chosen["rehearsal_lead_s"] == 0.0025
+    # the simulated stack keeps the rehearsal of config/policy.yaml (a shared machine needs it)
+    assert params_of(resolved_nodes(SIM_LAUNCH)["policy"])["rehearsal_lead_s"] > 0.0

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from vnd_ros.launch.resolve import default_environment
 from vnd_tools.commands.fly import FlightOptions, fly
-from vnd_tools.flight_bag import META_FILE
+from vnd_tools.flight_bag import HOST_CPU_FILE, HOST_STALLS_FILE, META_FILE
 
 FIXTURES = Path(__file__).resolve().parent / "fly_fixtures"
 
@@ -32,7 +32,6 @@ def _fly(tmp_path: Path, monkeypatch, launch_file: str):
         launch_file=FIXTURES / launch_file,
         timeout_s=60.0,
         measure_latency=False,
-        host_probe=False,
         progress=progress,
     )
     outcome = fly(options)
@@ -53,6 +52,9 @@ def test_a_respawned_learner_is_reported_as_a_respawn_not_a_failure(tmp_path, mo
     assert "[stack] expected respawn: 'learner'" in stderr
     assert "respawning 'learner'" in stderr and "(expected: respawn: true)" in stderr
     assert "stack failed" not in progress
+    # host diagnostics run only when asked for (--host-diagnostics)
+    assert not (tmp_path / "run" / HOST_CPU_FILE).exists()
+    assert not (tmp_path / "run" / HOST_STALLS_FILE).exists()
 
 
 def test_a_learner_out_of_respawns_fails_the_stack(tmp_path, monkeypatch):

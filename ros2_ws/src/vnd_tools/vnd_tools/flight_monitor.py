@@ -39,7 +39,7 @@ class FlightMonitor:
     """Live view of a flight: condition, tracking error, modes, versions, learner state, and
     the per-tick latency samples (source timestamps of command and odometry)."""
 
-    def __init__(self, vehicle: str, measure_latency: bool) -> None:
+    def __init__(self, vehicle: str, measure_latency: bool, sample_host_cpu: bool = False) -> None:
         self.client = StackClient(vehicle, node_name="vnd_fly_monitor")
         self.snapshot = self.client.watch_status()
         self.condition = "no sim yet"
@@ -71,7 +71,8 @@ class FlightMonitor:
             if measure_latency and runtime.BACKEND == "dds"
             else None
         )
-        self.cpu = hostcpu.CpuSampler()  # the host's CPU times (steal), beside the latency
+        # the host's CPU times (steal), beside the latency, when host diagnostics are asked for
+        self.cpu = hostcpu.CpuSampler() if sample_host_cpu else None
 
     def _on_condition(self, msg: Any) -> None:
         self.condition = str(msg.data)
@@ -102,7 +103,8 @@ class FlightMonitor:
                 self.client.cli_node.spin_once(SPIN_STEP_S)
                 if self.latency is not None:
                     self.latency.poll()
-                self.cpu.poll()
+                if self.cpu is not None:
+                    self.cpu.poll()
                 now = time.monotonic()
                 if now >= next_print:
                     line = self.progress_line(now - start)

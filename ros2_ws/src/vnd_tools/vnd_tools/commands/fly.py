@@ -99,9 +99,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--launch-file", type=Path, default=LAUNCH_FILE, help="sim launch file (default: ours)"
     )
     parser.add_argument(
-        "--no-host-probe",
+        "--host-diagnostics",
         action="store_true",
-        help="fly without the per-CPU probe that tells host stalls from the stack's",
+        help="sample the host's CPU steal and run the per-CPU probe that tells host stalls "
+        "from the stack's (Linux)",
     )
     parser.add_argument(
         "--middleware",
@@ -198,7 +199,7 @@ class FlightOptions:
     timeout_s: float = 0.0  # wall-time limit (0 = duration / rtf + STARTUP_ALLOWANCE_S)
     topics: tuple[str, ...] = RECORD_TOPICS  # recorded topics (relative to the namespace)
     measure_latency: bool = True  # raw DDS readers for per-tick latency (dds backend)
-    host_probe: bool = True  # per-CPU SCHED_FIFO probe of host stalls (Linux)
+    host_diagnostics: bool = False  # CPU steal sampling and the per-CPU stall probe (Linux)
     middleware: str = "dds"  # node backends: dds, rclpy or mixed (sim dds, the rest rclpy)
     progress: TextIO | None = None  # where the progress line goes (default stdout)
 
@@ -217,7 +218,7 @@ class FlightOptions:
             seed=args.seed,
             launch_file=args.launch_file,
             timeout_s=args.timeout,
-            host_probe=not args.no_host_probe,
+            host_diagnostics=args.host_diagnostics,
             middleware=args.middleware,
         )
 
@@ -295,9 +296,11 @@ def fly(options: FlightOptions) -> FlightOutcome:
     }
     topics = [namespaced(options.vehicle, topic) for topic in options.topics]
     recorder = BagRecorder(out / "bag", topics, node_name="vnd_fly_recorder").start()
-    monitor = FlightMonitor(options.vehicle, options.measure_latency)
+    monitor = FlightMonitor(
+        options.vehicle, options.measure_latency, sample_host_cpu=options.host_diagnostics
+    )
     outcome = FlightOutcome("interrupted", 130)
-    probe = hoststall.StallProbe() if options.host_probe and sys.platform == "linux" else None
+    probe = hoststall.StallProbe() if options.host_diagnostics and sys.platform == "linux" else None
     try:
         if probe is not None:
             probe.start()
@@ -318,7 +321,8 @@ def fly(options: FlightOptions) -> FlightOutcome:
         if code != 0 and outcome.exit_code == 0:
             outcome = FlightOutcome("stack failed", 1, outcome.failures, outcome.respawns)
         monitor.save_latency(out / LATENCY_FILE)
-        monitor.cpu.save(out / HOST_CPU_FILE)
+        if monitor.cpu is not None:
+            monitor.cpu.save(out / HOST_CPU_FILE)
         if probe is not None:
             try:
                 hoststall.save_stalls(out / HOST_STALLS_FILE, probe.stop())
