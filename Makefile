@@ -28,6 +28,9 @@ $(STAMP): requirements.txt $(foreach p,$(PKGS),ros2_ws/src/$(p)/setup.py)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
+	# Uninstall first: when a console script moves between workspace packages (vnd did), the old
+	# package's uninstall would otherwise delete the script the new one just installed.
+	$(PY) -m pip uninstall --quiet -y $(PKGS) >/dev/null 2>&1 || true
 	$(PY) -m pip install --quiet --no-build-isolation --no-deps $(foreach p,$(PKGS),-e ros2_ws/src/$(p))
 	touch $(STAMP)
 
