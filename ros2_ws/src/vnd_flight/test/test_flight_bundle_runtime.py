@@ -171,15 +171,14 @@ def lineage_bundle(version: int, lineage: str, seed: int = 0) -> Bundle:
     """A flyable bundle of learner lineage ``lineage`` (model weights seeded: distinct content)."""
     bundle = make_bundle(version + 100 * seed)
     bundle.version, bundle.parent_version, bundle.lineage = version, version - 1, lineage
-    # Fixed creation time: the same bundle built twice must be the same bytes, also when the two
-    # builds straddle a second boundary.
-    bundle.created_utc = "2000-01-01T00:00:00Z"
     return bundle
 
 
-def learner_push(rt: BundleRuntime, bundle: Bundle):
-    data = bundle_to_bytes(bundle)
-    rt.submit_learner(data, bundle.version, hashlib.sha256(data).hexdigest())
+def learner_push(rt: BundleRuntime, bundle: Bundle | bytes, version: int | None = None):
+    """Submit ``bundle`` (or its bytes, with ``version``) as the learner would; the reply."""
+    data = bundle if isinstance(bundle, bytes) else bundle_to_bytes(bundle)
+    version = bundle.version if version is None else version
+    rt.submit_learner(data, version, hashlib.sha256(data).hexdigest())
     (reply,) = wait_replies(rt)
     return reply
 
@@ -211,12 +210,14 @@ def test_same_version_number_different_content_is_told_apart(runtime, tmp_path):
     runtime.request(ACTION_LOAD, "load-5", str(theirs))
     assert wait_replies(runtime)[0].accepted
     # the learner's own v5 is another bundle: not "already active" or "held", it replaces it
-    mine = learner_push(runtime, lineage_bundle(5, "run-a"))
+    # one serialisation, pushed twice below: its creation time is part of the bytes
+    ours = bundle_to_bytes(lineage_bundle(5, "run-a"))
+    mine = learner_push(runtime, ours, version=5)
     assert mine.accepted and mine.active_version == 5, mine.message
     assert "replaces the held version 5 of other content" in mine.message
     assert runtime.active.lineage == "run-a" and mine.available_versions == [1, 5]
     # the identical bundle again is the active one
-    assert "already active" in learner_push(runtime, lineage_bundle(5, "run-a")).message
+    assert "already active" in learner_push(runtime, ours, version=5).message
 
 
 def test_bundles_without_lineage_metadata_still_load_and_order(runtime, tmp_path):

@@ -103,12 +103,14 @@ class ReferenceRunner(PolicyRunner):
         self.external: ExternalReference | None = None
         self.external_age_s = 0.0  # state stamp minus the external sample's stamp [s]
         self.last_reference: np.ndarray | None = None  # reference of the last observe()
+        self.last_scheduled: np.ndarray | None = None  # the same without the rejoin offset
         self.rejoin: ReferenceRejoin | None = None  # offset onto the reference after a fallback
 
     def reference_at(self, t_s: float) -> np.ndarray:
         """Reference (3, 1 + L, 3) now and at each look-ahead time: the scheduled reference
-        plus the rejoin offset; kept in ``last_reference`` for the tick record."""
-        ref = self.scheduled_reference_at(t_s)
+        plus the rejoin offset; kept in ``last_reference`` (and the scheduled one in
+        ``last_scheduled``) for the tick record."""
+        ref = self.last_scheduled = self.scheduled_reference_at(t_s)
         if self.rejoin is not None:
             if self.rejoin.settled(t_s):
                 self.rejoin = None
@@ -243,7 +245,7 @@ class PolicyController:
             runner.external = self._external
             if self._external is not None:
                 runner.external_age_s = (input_ns - self._external.stamp_ns) / NS_PER_S
-            runner.last_reference = None
+            runner.last_reference = runner.last_scheduled = None
             if self.safety.mode in REJOIN_MODES:
                 runner.rejoin = ReferenceRejoin.between(
                     start_s=t_s,
@@ -255,15 +257,11 @@ class PolicyController:
                 action = runner.act(state, t_s, z)
             except Exception:  # a broken policy must not stop the tick: the filter takes over
                 self.counters.count(POLICY_ERROR)
-            ref = runner.last_reference
-            if ref is not None and runner.rejoin is not None:
-                scheduled = runner.scheduled_reference_at(t_s)
+            ref, scheduled = runner.last_reference, runner.last_scheduled
         else:
             self.counters.count(NO_BUNDLE)
         if ref is None:
-            ref = reference_numpy(self.reference, np.full(1, t_s))
-        if scheduled is None:
-            scheduled = ref
+            ref = scheduled = reference_numpy(self.reference, np.full(1, t_s))
         out = self.safety.step(now_ns, measured, stamp_ns, action, reference_m=ref[0, 0, :])
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
