@@ -24,6 +24,7 @@ CONFIG = Path(__file__).resolve().parents[4] / "config"
 FLY_S = 4.0  # hovering window the checks look at [s]
 HOVER_Z_M = 1.2  # hover_calm's reference height [m]
 MODE_POLICY = 1
+COMMAND_RATE_HZ = 50.0  # policy command rate [Hz]
 POLICY_SHARE = 0.5  # share of the window's commands that must be in policy mode
 
 
@@ -97,14 +98,24 @@ def test_sim_on_one_backend_flown_by_control_nodes_on_the_other(harness, sim_mw,
         # Mostly policy mode: a stall of this shared machine may hold a few ticks in fallback
         # (stale odometry), on either backend alike.
         modes = [m.mode for m in window]
-        assert len(window) > 0.7 * FLY_S * 50, len(window)
+        assert len(window) > 0.7 * FLY_S * COMMAND_RATE_HZ, len(window)
         assert modes.count(MODE_POLICY) >= POLICY_SHARE * len(modes), modes
         heights = [m.pose.pose.position.z for t, m in truth if t > time.time() - FLY_S]
         assert heights and max(abs(z - HOVER_Z_M) for z in heights) < 0.5, "not hovering"
-        sim_status = [m for _, m in status if m.node == f"{ns}/sim"]
-        assert sim_status, "no status from the sim"
-        counters = json.loads(sim_status[-1].counters_json)
-        assert counters["started"] == 1 and counters["commands"] > FLY_S * 40, counters
+        # The sim applies the crossing commands: its counter rises at most of the command rate
+        # between its first and last 1 Hz status of the window (best-effort commands may drop
+        # on a loaded machine; a broken crossing leaves the counter still).
+        sim_counters = [
+            json.loads(m.counters_json)
+            for t, m in status
+            if m.node == f"{ns}/sim" and t > time.time() - FLY_S
+        ]
+        assert len(sim_counters) >= 2, f"sim status in the window: {sim_counters}"
+        first, last = sim_counters[0], sim_counters[-1]
+        window_s = (last["scenario_time_ms"] - first["scenario_time_ms"]) / 1e3
+        applied = last["commands"] - first["commands"]
+        assert last["started"] == 1 and window_s > 1.0, sim_counters
+        assert applied >= POLICY_SHARE * COMMAND_RATE_HZ * window_s, (applied, window_s, last)
     finally:
         peer.close()
         for proc in processes:
