@@ -11,10 +11,10 @@ from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.evaluation.continual_loop import (
     Method,
     UpdateOutcome,
-    hover_deviation_on_model,
     run_method,
     scale_scenario,
 )
+from vnd_core.evaluation.refit import hover_deviation_on_model
 from vnd_core.evaluation.report import recovery_times
 from vnd_core.evaluation.suite import EvalConfig, evaluate
 from vnd_core.learner import LearnerConfig, ValidationConfig

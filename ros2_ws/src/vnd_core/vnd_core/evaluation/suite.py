@@ -37,13 +37,12 @@ from vnd_core.evaluation.baselines import (
 from vnd_core.evaluation.continual_loop import (
     LATENT_ORACLE,
     Method,
-    RefitConfig,
-    RefitMethod,
     RunResult,
     VNDMethod,
     run_method,
     scale_scenario,
 )
+from vnd_core.evaluation.refit import RefitConfig, RefitMethod
 from vnd_core.evaluation.report import (
     METHOD_ORDER,
     aggregate,
