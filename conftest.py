@@ -48,7 +48,7 @@ def _rclpy_messages_stale() -> str | None:
 
 
 @pytest.fixture(params=MIDDLEWARES)
-def middleware(request, monkeypatch) -> str:
+def middleware(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Backend of the node processes this test starts (VND_MIDDLEWARE of the children); the
     test process's own peers stay on dds, so an ``rclpy`` run is a mixed graph as well."""
     if request.param == "rclpy":

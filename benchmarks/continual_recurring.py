@@ -26,7 +26,10 @@ from vnd_core.scenario import load_scenario
 
 
 def phase_rmse(
-    time_s: np.ndarray, error_m: np.ndarray, spans, period_s: float | None
+    time_s: np.ndarray,
+    error_m: np.ndarray,
+    spans: list[tuple[str, float, float]],
+    period_s: float | None,
 ) -> list[dict]:
     """RMSE and recovery (:mod:`vnd_core.recovery`, as in ``vnd fly`` reports) of ``error_m``
     over each (name, start_s, end_s) span; ``period_s`` is the reference's period."""

@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import numpy as np
 import yaml
@@ -46,7 +48,7 @@ LOSING = ("stop", "freeze_fresh", "freeze_old", "nan")  # these end in a blind l
 LANDING_TIMEOUT_S = 25.0  # a losing fault must have disarmed by then
 
 
-def load_harness():
+def load_harness() -> ModuleType:
     """The integration tests' flight harness (test folders are not packages)."""
     os.environ.setdefault("CYCLONEDDS_URI", f"file://{ROOT / 'config' / 'cyclonedds_loopback.xml'}")
     os.environ.setdefault("VND_MIDDLEWARE", "dds")  # the harness's peer is a dds-backend node
@@ -66,7 +68,9 @@ def scenario_arg(flight_state: str, folder: Path) -> str:
     return str(path)
 
 
-def drill(harness, flight_state: str, fault: str, seed: int, folder: Path, watch_s: float) -> dict:
+def drill(
+    harness: ModuleType, flight_state: str, fault: str, seed: int, folder: Path, watch_s: float
+) -> dict:
     """Fly one drill; returns its row."""
     ns = f"/drill_{flight_state}_{fault}_{seed}"
     # The figure-eight starts moving with its reference: the drill is the fault, not a take-off.
@@ -98,7 +102,7 @@ def drill(harness, flight_state: str, fault: str, seed: int, folder: Path, watch
         s.close()
 
 
-def judge(s, fault_ns: int) -> dict:
+def judge(s: Any, fault_ns: int) -> dict:
     """What the vehicle did from the fault on (ground truth)."""
     t_s, truth = s.truth_from_stamp(fault_ns)
     tilts_deg = np.degrees([tilt_rad(q) for q in truth[:, 3:7]])

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("CYCLONEDDS_URI", f"file://{REPO / 'config' / 'cyclonedds_loopback.xml'}")
@@ -35,6 +36,9 @@ os.environ.setdefault("VND_MIDDLEWARE", "dds")
 from vnd_ros import qos  # noqa: E402  (after the loopback configuration is in the environment)
 from vnd_ros.messages import get_message  # noqa: E402
 from vnd_ros.runtime import Node, init, shutdown, spin  # noqa: E402
+
+if TYPE_CHECKING:
+    from vnd_ros.dds_node import SingleThreadedExecutor
 
 PING, PONG = "bench/ping", "bench/pong"
 BUNDLE, BUNDLE_ACK = "bench/bundle", "bench/bundle_ack"
@@ -58,10 +62,12 @@ class Echo(Node):
         beacon.publish(self.string(data="beacon"))
         print("READY", flush=True)
 
-    def on_ping(self, msg) -> None:
+    def on_ping(self, msg: Any) -> None:
+        """Answer a ping with its payload and this process's receive time."""
         self.pong.publish(self.string(data=f"{msg.data} {time.monotonic_ns()}"))
 
-    def on_bundle(self, msg) -> None:
+    def on_bundle(self, msg: Any) -> None:
+        """Acknowledge a bundle with its version and this process's receive time."""
         self.ack.publish(self.string(data=f"{msg.version} {time.monotonic_ns()}"))
 
 
@@ -78,7 +84,7 @@ class Driver(Node):
         self.create_subscription(self.string, PONG, self._reply, qos.qos_profile_default)
         self.create_subscription(self.string, BUNDLE_ACK, self._reply, qos.qos_profile_default)
 
-    def _reply(self, msg) -> None:
+    def _reply(self, msg: Any) -> None:
         self.replies.append((msg.data, time.monotonic_ns()))
 
 
@@ -87,7 +93,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _await_reply(driver: Driver, executor, timeout_s: float = 5.0) -> tuple[str, int]:
+def _await_reply(
+    driver: Driver, executor: SingleThreadedExecutor, timeout_s: float = 5.0
+) -> tuple[str, int]:
     deadline = time.monotonic() + timeout_s
     while not driver.replies:
         if time.monotonic() > deadline:
@@ -96,7 +104,7 @@ def _await_reply(driver: Driver, executor, timeout_s: float = 5.0) -> tuple[str,
     return driver.replies.pop(0)
 
 
-def _wait_matched(driver: Driver, executor) -> None:
+def _wait_matched(driver: Driver, executor: SingleThreadedExecutor) -> None:
     deadline = time.monotonic() + 15
     while driver.ping.get_subscription_count() == 0 or driver.bundle.get_subscription_count() == 0:
         if time.monotonic() > deadline:
@@ -107,7 +115,9 @@ def _wait_matched(driver: Driver, executor) -> None:
         _await_reply(driver, executor, 15)
 
 
-def measure_round_trips(driver: Driver, executor, count: int) -> tuple[list[float], list[float]]:
+def measure_round_trips(
+    driver: Driver, executor: SingleThreadedExecutor, count: int
+) -> tuple[list[float], list[float]]:
     """(round-trip ms, one-way ms) of ``count`` sequential pings."""
     rtts, one_way = [], []
     for _ in range(count):
@@ -121,7 +131,7 @@ def measure_round_trips(driver: Driver, executor, count: int) -> tuple[list[floa
     return rtts, one_way
 
 
-def measure_bundles(driver: Driver, executor, count: int) -> list[float]:
+def measure_bundles(driver: Driver, executor: SingleThreadedExecutor, count: int) -> list[float]:
     """Publish-to-callback ms of ``count`` 1 MB bundles."""
     payload = os.urandom(BUNDLE_BYTES)
     times = []
@@ -135,7 +145,7 @@ def measure_bundles(driver: Driver, executor, count: int) -> list[float]:
     return times
 
 
-def measure_discovery(executor, repeats: int) -> list[float]:
+def measure_discovery(executor: SingleThreadedExecutor, repeats: int) -> list[float]:
     """ms from creating a subscription to receiving the echo's transient-local beacon."""
     string = get_message("std_msgs/msg/String")
     times = []
@@ -160,7 +170,7 @@ def measure_discovery(executor, repeats: int) -> list[float]:
     return times
 
 
-def measure_timer_jitter(executor, duration_s: float) -> list[float]:
+def measure_timer_jitter(executor: SingleThreadedExecutor, duration_s: float) -> list[float]:
     """Lateness (ms) of each 50 Hz timer callback against its ideal monotonic deadline."""
     node = Node("bench_timer")
     start_ns = time.monotonic_ns()

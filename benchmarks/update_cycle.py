@@ -21,11 +21,17 @@ from pathlib import Path
 
 import torch
 from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
-from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight, UpdateResult
+from vnd_core.learner import (
+    ContinualLearner,
+    LearnerConfig,
+    SimulatedFlight,
+    TickRecords,
+    UpdateResult,
+)
 from vnd_core.scenario import load_scenario
 
 
-def fly_base(bundle: Bundle, scenario: str, seconds: float, seed: int):
+def fly_base(bundle: Bundle, scenario: str, seconds: float, seed: int) -> tuple[TickRecords, float]:
     """Tick records of ``seconds`` of flight with ``bundle`` (and the wall time it took)."""
     start = time.perf_counter()
     flight = SimulatedFlight(load_scenario(scenario), bundle, seed=seed)
@@ -34,7 +40,7 @@ def fly_base(bundle: Bundle, scenario: str, seconds: float, seed: int):
 
 
 def timed_updates(
-    base: Bundle, config: LearnerConfig, records, count: int
+    base: Bundle, config: LearnerConfig, records: TickRecords, count: int
 ) -> tuple[list[UpdateResult], Bundle]:
     """``count`` consecutive update cycles on the same replay, starting from ``base``; returns
     their results and the learner's active bundle at the end."""

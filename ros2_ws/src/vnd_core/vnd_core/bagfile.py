@@ -33,10 +33,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import yaml
-from rosbags.interfaces import Qos
+from rosbags.interfaces import Connection, Qos
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.metadata import dump_qos_v9, parse_qos
 
@@ -112,11 +112,26 @@ class DurableBagWriter:
         self._sync(storage.bio)
         return self
 
-    def add_connection(self, topic: str, msgtype: str, **kwargs: Any) -> Any:
-        """rosbags ``Writer.add_connection`` (``msgdef``, ``rihs01``, ``offered_qos_profiles``)."""
-        return self._writer.add_connection(topic, msgtype, **kwargs)
+    def add_connection(
+        self,
+        topic: str,
+        msgtype: str,
+        *,
+        msgdef: str | None = None,
+        rihs01: str | None = None,
+        offered_qos_profiles: Sequence[Qos] = (),
+    ) -> Connection:
+        """rosbags ``Writer.add_connection``: ``msgdef`` and ``rihs01`` describe the type (looked
+        up in rosbags' default store when None), ``offered_qos_profiles`` the writers' QoS."""
+        return self._writer.add_connection(
+            topic,
+            msgtype,
+            msgdef=msgdef,
+            rihs01=rihs01,
+            offered_qos_profiles=offered_qos_profiles,
+        )
 
-    def write(self, connection: Any, stamp_ns: int, data: bytes | memoryview) -> None:
+    def write(self, connection: Connection, stamp_ns: int, data: bytes | memoryview) -> None:
         """Append one message; flushes when the policy says so."""
         now_s = self._clock()
         if self._pending == 0:

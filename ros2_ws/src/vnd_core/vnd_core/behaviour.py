@@ -9,7 +9,8 @@ batch) on
 
 - the nominal model (:class:`vnd_core.dynamics.NominalModel`, the vehicle's prior), z = 0;
 - the bundle's own learned model, when it carries one fitted on data, driven and read with the
-  latent its encoder gives for a calm hover window (the model the policy was trained on). A
+  latent its encoder gives for a calm hover window (the model the policy was trained on, with
+  the residual components the bundle records, :mod:`vnd_core.vnd.components`). A
   bundle does
   not carry the residual clip and trust region the learner trained with, so far from its data
   this model is the least trustworthy part of the check: its tilt, rate and settling limits
@@ -44,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -53,7 +55,10 @@ from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, VEL, hover_state
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.features import apply_residual
+from vnd_core.vnd.components import compose, recorded_components
+
+if TYPE_CHECKING:
+    from vnd_core.vnd.model import VNDModel
 
 Vec3 = tuple[float, float, float]
 DEFAULT_MAX_TILT_RAD = 0.8  # the check's tilt limit (46 deg)
@@ -169,13 +174,13 @@ def initial_states(config: BehaviourCheckConfig) -> tuple[list[str], torch.Tenso
     return names, states
 
 
-def _learned(model) -> bool:
+def _learned(model: VNDModel | None) -> bool:
     """True for a model fitted on data (its normalisation statistics come from data); a model
     never fitted is the untrained default architecture and says nothing about flight."""
     return model is not None and bool(getattr(model, "normalizers_fitted", True))
 
 
-def _calm_latent(model, vehicle: VehicleParams, hover_m: Vec3) -> torch.Tensor:
+def _calm_latent(model: VNDModel, vehicle: VehicleParams, hover_m: Vec3) -> torch.Tensor:
     """The latent (1, nz) the model's encoder gives for a window of calm hovering."""
     context = model.context_len
     states = hover_state((1, context + 1), position_m=hover_m)
@@ -203,6 +208,11 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
     state = starts.clone()
     if use_model:
         model = bundle.model
+        # the residual parts the bundle's policy trained against (components.py)
+        try:
+            components = recorded_components(bundle.summary)
+        except ValueError as err:
+            raise BundleError(f"behaviour check: bundle summary: {err}") from err
         z_model = _calm_latent(model, vehicle, config.hover_m).expand(s, -1)
         z = torch.cat([z, z_model])  # the policy reads what drives the model
         labels += [f"'{name}' on the bundle's learned model" for name in names]
@@ -245,10 +255,11 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
         elif shared_prior:
             predicted = prior(state, applied)
             residual = model.residual_correction(state[s:], applied[s:], z_model)
-            state = torch.cat([predicted[:s], apply_residual(predicted[s:], residual)])
+            state = torch.cat([predicted[:s], compose(predicted[s:], residual, components)])
         else:
-            learned = model.predict(state[s:], applied[s:], z_model)
-            state = torch.cat([prior(state[:s], applied[:s]), learned])
+            own = model.prior(state[s:], applied[s:])
+            residual = model.residual_correction(state[s:], applied[s:], z_model)
+            state = torch.cat([prior(state[:s], applied[:s]), compose(own, residual, components)])
         states.append(state)
         actions.append(action)
     margin = torch.ones(b)
@@ -333,7 +344,9 @@ def behaviour_check(bundle: Bundle, config: BehaviourCheckConfig) -> BehaviourRe
     return report
 
 
-def _figure(what: str, state: torch.Tensor, tilt_rad: float, error_m: float, config) -> str:
+def _figure(
+    what: str, state: torch.Tensor, tilt_rad: float, error_m: float, config: BehaviourCheckConfig
+) -> str:
     """The violated figure of one rollout's ``state`` (13,) against its limit, readable."""
     if what == "finite":
         return "non-finite state or command"

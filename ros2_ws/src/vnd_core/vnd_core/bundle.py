@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import safetensors.torch
@@ -44,6 +44,9 @@ from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner
 from vnd_core.reference import ReferenceSpec
 from vnd_core.state import POS, VEL, hover_state
 from vnd_core.vehicle import VehicleParams
+
+if TYPE_CHECKING:
+    from vnd_core.vnd.model import VNDModel
 
 FORMAT_VERSION = 1
 METADATA_KEY = "vnd_bundle"
@@ -247,7 +250,8 @@ def _build_policy(arch: dict, vehicle: VehicleParams) -> PolicyNet:
     return policy
 
 
-def _build_model(arch: dict, vehicle: VehicleParams):
+def _build_model(arch: dict, vehicle: VehicleParams) -> VNDModel:
+    """The VND model of a bundle's architecture record (weights loaded afterwards)."""
     from vnd_core.vnd.model import VNDModel  # imported only for bundles that carry a model
 
     try:
@@ -366,7 +370,7 @@ def smoke_test(bundle: Bundle, budget_us: float = 1000.0, repeats: int = 50) -> 
     return {"median_us": median_us, "max_us": float(max(durations) * 1e6)}
 
 
-def _smoke_model(model) -> None:
+def _smoke_model(model: VNDModel) -> None:
     """A hovering context window must encode to a finite latent of the model's size."""
     context = model.context_len
     states = hover_state((1, context + 1))

@@ -41,7 +41,7 @@ class NominalModel:
     for the whole period (zero-order hold). The quaternion is renormalised after every step.
     """
 
-    def __init__(self, vehicle: VehicleParams, config: NominalModelConfig | None = None):
+    def __init__(self, vehicle: VehicleParams, config: NominalModelConfig | None = None) -> None:
         self.vehicle = vehicle
         self.config = config or NominalModelConfig()
         self.inv_mass = 1.0 / vehicle.mass_kg

@@ -24,6 +24,7 @@ once on arrival (``context_features`` on a one-transition window, the very funct
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -31,6 +32,9 @@ import torch
 from vnd_core.context import BREAK_GAP, CommandLatch, ContextBuffer, ContextConfig
 from vnd_core.counters import ReasonCounter
 from vnd_core.vnd.features import context_features
+
+if TYPE_CHECKING:
+    from vnd_core.vnd.model import VNDModel
 
 UNPAIRED_COMMAND = "unpaired_command"  # no odometry with the command's stamp is held
 NON_FINITE_ODOM = "odom_non_finite"  # odometry with NaN/inf, dropped
@@ -65,7 +69,7 @@ class LatentEstimator:
         """C of the current buffer (the active model's, 1 without a model)."""
         return self.buffer.context_len
 
-    def set_model(self, model) -> None:
+    def set_model(self, model: VNDModel | None) -> None:
         """Use ``model`` (a VNDModel, or None) from now on; keeps the context when its C and
         prior are unchanged, else starts a fresh window of the new length."""
         old = self._model
@@ -224,7 +228,7 @@ class LatentEstimator:
         self._last_state = state
 
 
-def _delay(model) -> int:
+def _delay(model: VNDModel | None) -> int:
     """Command delay d (ticks) the model's transitions are paired with (0 without a model)."""
     return model.config.action_delay_ticks if model is not None else 0
 

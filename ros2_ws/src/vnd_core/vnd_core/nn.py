@@ -39,7 +39,7 @@ class Normalizer(nn.Module):
     Shapes: ``mean`` and ``std`` (dim,); inputs (..., dim).
     """
 
-    def __init__(self, dim: int):
+    def __init__(self, dim: int) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("std", torch.ones(dim))

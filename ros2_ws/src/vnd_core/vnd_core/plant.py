@@ -72,7 +72,7 @@ class _OneVehicle:
     kind of disturbance and require agreement to round-off.
     """
 
-    def __init__(self, plant: TruePlant):
+    def __init__(self, plant: TruePlant) -> None:
         self.plant = plant
         self._sources: tuple = ()
         h = plant._h
@@ -198,7 +198,7 @@ class TruePlant:
         batch_size: int = 1,
         config: PlantConfig | None = None,
         seed: int = 0,
-    ):
+    ) -> None:
         self.vehicle = vehicle
         self.scenario = scenario
         self.batch_size = batch_size

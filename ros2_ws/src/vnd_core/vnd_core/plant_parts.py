@@ -162,7 +162,7 @@ def cross_np(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 class Wind:
     """Air velocity of one wind event: mean + Ornstein-Uhlenbeck gusts + sinusoid, per env."""
 
-    def __init__(self, event: WindEvent, batch_size: int, rng: np.random.Generator):
+    def __init__(self, event: WindEvent, batch_size: int, rng: np.random.Generator) -> None:
         self.mean_mps = np.array(event.velocity_mps, dtype=float)
         self.gusty = event.kind == "gusts"
         self.sinusoidal = event.kind == "sinusoidal"
@@ -200,7 +200,7 @@ class Wind:
 class MassProperties:
     """Mass, centre of mass and inertia of vehicle + payload about their common centre."""
 
-    def __init__(self, vehicle: VehicleParams, payload: PayloadEvent | None):
+    def __init__(self, vehicle: VehicleParams, payload: PayloadEvent | None) -> None:
         mass_kg = vehicle.mass_kg
         inertia = np.diag(vehicle.inertia_kgm2)
         self.payload_kg = 0.0 if payload is None else payload.mass_kg
@@ -232,10 +232,12 @@ def _point_inertia(mass_kg: float, r_m: np.ndarray) -> np.ndarray:
 
 
 def cross3(a: list[float], b: list[float]) -> list[float]:
+    """Cross product a x b of two 3-vectors."""
     return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
 
 
 def matvec3(m: list[list[float]], v: list[float]) -> list[float]:
+    """Product m v of a 3x3 matrix (rows) and a 3-vector."""
     return [m[0][0] * v[0] + m[0][1] * v[1] + m[0][2] * v[2],
             m[1][0] * v[0] + m[1][1] * v[1] + m[1][2] * v[2],
             m[2][0] * v[0] + m[2][1] * v[1] + m[2][2] * v[2]]  # fmt: skip

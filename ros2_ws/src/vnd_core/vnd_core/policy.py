@@ -14,6 +14,7 @@ so no input, however extreme, can command outside the vehicle limits.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -116,7 +117,7 @@ class ObservationBuilder:
     (rad/s), prev_actions (normalised, newest first), latent (z).
     """
 
-    def __init__(self, vehicle: VehicleParams, config: PolicyConfig):
+    def __init__(self, vehicle: VehicleParams, config: PolicyConfig) -> None:
         self.config = config
         self.action_scale = ActionScale.for_vehicle(vehicle, config)
         self._a_offset = self.action_scale.offset()
@@ -274,7 +275,7 @@ class PolicyNet(nn.Module):
     are buffers, so they travel with the weights in a bundle.
     """
 
-    def __init__(self, vehicle: VehicleParams, config: PolicyConfig | None = None):
+    def __init__(self, vehicle: VehicleParams, config: PolicyConfig | None = None) -> None:
         super().__init__()
         self.config = config or PolicyConfig()
         self.config.validate()
@@ -381,7 +382,7 @@ class PolicyRunner:
     tests check the export against the torch module.
     """
 
-    def __init__(self, policy: PolicyNet, reference: ReferenceSpec):
+    def __init__(self, policy: PolicyNet, reference: ReferenceSpec) -> None:
         self.policy = policy.eval()
         self.reference = reference
         builder = policy.observation
@@ -444,7 +445,7 @@ class PolicyRunner:
         return action
 
 
-def _attitude_columns(quat) -> list[float]:
+def _attitude_columns(quat: Sequence[float]) -> list[float]:
     """First two columns (6 floats) of the rotation matrix of quaternion ``quat`` (4 values
     w x y z, normalised here), as ``transforms3d.quaternions.quat2mat(q)[:, :2]`` column by
     column, from scalar arithmetic (tests check they agree)."""

@@ -70,7 +70,7 @@ class Trajectory:
         amplitude_m: torch.Tensor,
         period_s: torch.Tensor,
         phase_rad: torch.Tensor,
-    ):
+    ) -> None:
         """``kind`` (B,) index into KINDS, ``center_m`` (B, 3), the others (B,)."""
         self.kind = kind
         self.center_m = center_m

@@ -6,6 +6,7 @@ omega (3, rad/s, FLU body). Action (4): collective thrust (N), body-rate command
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported lazily so ROS-side tools using the layout start fast
@@ -39,7 +40,9 @@ def join_state(
     return torch.cat([p, q, v, omega], dim=-1)
 
 
-def hover_state(batch_shape: tuple[int, ...] = (), position_m=(0.0, 0.0, 1.0)) -> torch.Tensor:
+def hover_state(
+    batch_shape: tuple[int, ...] = (), position_m: Sequence[float] = (0.0, 0.0, 1.0)
+) -> torch.Tensor:
     """A state at rest, level, at ``position_m``; shape batch_shape + (13,)."""
     import torch
 

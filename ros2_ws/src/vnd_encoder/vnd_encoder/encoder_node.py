@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -116,19 +117,19 @@ class EncoderNode(Node):
         self.create_timer(self.cfg.status_period_s, self.publish_status)
 
     # ------------------------------------------------------------------ inputs
-    def on_odom(self, msg) -> None:
+    def on_odom(self, msg: Any) -> None:
         """Keep the odometry for pairing; publish when a waiting command got its state."""
         if self.estimator.add_odometry(stamp_ns(msg.header.stamp), odometry_state(msg)):
             self.publish_latent()
 
-    def on_command(self, msg) -> None:
+    def on_command(self, msg: Any) -> None:
         """Pair the command with its odometry; publish the latent when the context advanced."""
         answered_ns = stamp_ns(msg.header.stamp)
         action = np.array([msg.thrust_n, *msg.body_rate_radps], dtype=float)
         if self.estimator.add_command(answered_ns, action):
             self.publish_latent()
 
-    def on_checkpoint(self, msg) -> None:
+    def on_checkpoint(self, msg: Any) -> None:
         """An operator request (answered when addressed to this node); a swap takes effect
         before the next command."""
         if self.checkpoint.on_command(msg):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from vnd_core.config_io import ConfigError
 from vnd_core.vehicle import load_vehicle
@@ -81,7 +82,7 @@ class PoseFilterNode(Node):
             f"{self.resolve_topic_name('odom')}"
         )
 
-    def on_pose(self, msg) -> None:
+    def on_pose(self, msg: Any) -> None:
         """Filter one pose; publish odometry when the filter gives an estimate."""
         stamp_ns, position, quaternion = pose_fields(msg)
         estimate = self.filter.update(stamp_ns, position, quaternion)
@@ -98,7 +99,7 @@ class PoseFilterNode(Node):
         self.rate.add(now_ns)
         self.latency.add_ns(now_ns - stamp_ns)
 
-    def on_command(self, msg) -> None:
+    def on_command(self, msg: Any) -> None:
         """The body rates just commanded, stamped with the odometry they answer."""
         self.filter.set_rate_command(stamp_ns(msg.header.stamp), msg.body_rate_radps)
 

@@ -27,7 +27,7 @@ import numpy as np
 from vnd_core.bundle import Bundle
 from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario, load_scenario, scenario_from_mapping
-from vnd_core.simulation import SimulatedVehicle, SimulationConfig
+from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
 from vnd_core.state import POS, QUAT, VEL
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
@@ -216,7 +216,7 @@ class _Loop:
             if self.watchdog_due_ns is not None and now_ns >= self.watchdog_due_ns:
                 self._tick(now_ns, fresh=False)
 
-    def _on_pose(self, sample, fault: Callable | None) -> None:
+    def _on_pose(self, sample: SimSample, fault: Callable | None) -> None:
         estimate = self.pose_filter.update(
             sample.stamp_ns, sample.measured[POS], sample.measured[QUAT]
         )

@@ -16,12 +16,14 @@ how the controller, safety filter, planner and counters keep their state) and pu
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+_Value = TypeVar("_Value")
 
-def _copied(value: Any) -> Any:
+
+def _copied(value: _Value) -> _Value:
     """A copy of a mutable container attribute; immutable values and objects as they are."""
     if isinstance(value, np.ndarray):
         return value.copy()

@@ -35,6 +35,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -218,7 +219,7 @@ class PolicyNode(Node):
         self.create_timer(self.cfg.status_period_s / 2, self.on_status_timer)
 
     # ------------------------------------------------------------------ inputs
-    def on_odom(self, msg) -> None:
+    def on_odom(self, msg: Any) -> None:
         """Keep the newest finite odometry; tick when it is stamped a period past the last
         tick's odometry."""
         stamp = stamp_ns(msg.header.stamp)
@@ -236,7 +237,7 @@ class PolicyNode(Node):
         if last is None or stamp - last >= self.cfg.min_tick_interval_s * NS_PER_S:
             self.tick(fresh=True)
 
-    def on_latent(self, msg) -> None:
+    def on_latent(self, msg: Any) -> None:
         """Keep the newest latent (version-checked by the controller at the tick)."""
         self.latent = LatentSample(
             received_ns=self.get_clock().now().nanoseconds,
@@ -245,7 +246,7 @@ class PolicyNode(Node):
             z=np.asarray(msg.z, dtype=np.float32),
         )
 
-    def on_reference(self, msg) -> None:
+    def on_reference(self, msg: Any) -> None:
         """Follow an external reference sample from now on (overrides the parameter one)."""
         self.controller.set_external_reference(
             ExternalReference(
@@ -360,7 +361,7 @@ class PolicyNode(Node):
             self.watchdog_timer.timer_period_ns = self.watchdog_wait_ns = wait_ns
         self.watchdog_timer.reset()
 
-    def command(self, record: TickRecord, odom_stamp_ns: int):
+    def command(self, record: TickRecord, odom_stamp_ns: int) -> Any:
         """The vnd/command message of one tick."""
         command = self.CtbrCommand(
             thrust_n=float(record.action[0]),
@@ -372,7 +373,7 @@ class PolicyNode(Node):
         command.header.frame_id = self.cfg.body_frame
         return command
 
-    def transition(self, record: TickRecord, odom_stamp_ns: int):
+    def transition(self, record: TickRecord, odom_stamp_ns: int) -> Any:
         """The vnd/replay record of one tick."""
         msg = self.Transition(
             tick=self.tick_count,

@@ -37,7 +37,7 @@ class Undescribed:
 
 @pytest.fixture
 def make_node(tmp_path):
-    """make_node(ros_args, name='ctl', params_yaml=None) -> Node of a private context."""
+    """A factory ``make(ros_args, name='ctl', params_yaml=None)`` of nodes in private contexts."""
     contexts = []
 
     def make(ros_args: list[str], name: str = "ctl", params_yaml: str | None = None):

@@ -23,6 +23,13 @@ from typing import Any
 
 from rosbags.typesys.base import Nodetype
 
+# (primitive type name, string bound or 0) of a scalar field
+_Scalar = tuple[str, int]
+# an array's or sequence's element: (kind, primitive _Scalar or message type name)
+_Element = tuple[Nodetype, Any]
+# ((element kind, element), length of an array or bound of a sequence, 0 = unbounded)
+_Collection = tuple[_Element, int]
+
 HEADER = b"\x00\x01\x00\x00"  # CDR (XCDR1), little endian, no options
 HEADER_SIZE = len(HEADER)
 MAX_ALIGN = 8  # classic CDR aligns 8-byte primitives to 8
@@ -150,7 +157,9 @@ class CodecFactory:
         signature = "msg" if top_level else "out, msg"
         return _define(source, f"encode_{msgtype.replace('/', '_')}", signature)
 
-    def _encode_fields(self, source: _Source, run: _PackRun, msgtype: str, obj: str, indent: int):
+    def _encode_fields(
+        self, source: _Source, run: _PackRun, msgtype: str, obj: str, indent: int
+    ) -> None:
         for name, (kind, detail) in self._fielddefs[msgtype][1]:
             value = f"{obj}.{name}"
             if kind == Nodetype.NAME:
@@ -162,7 +171,9 @@ class CodecFactory:
             else:
                 self._encode_sequence(source, run, detail, value, indent)
 
-    def _encode_scalar(self, source, run, detail, value: str, indent: int) -> None:
+    def _encode_scalar(
+        self, source: _Source, run: _PackRun, detail: _Scalar, value: str, indent: int
+    ) -> None:
         base, bound = detail
         if base == "string":
             run.flush()
@@ -170,7 +181,9 @@ class CodecFactory:
         else:
             run.add(STRUCT_CODES[base], value)
 
-    def _encode_array(self, source, run, detail, value: str, indent: int) -> None:
+    def _encode_array(
+        self, source: _Source, run: _PackRun, detail: _Collection, value: str, indent: int
+    ) -> None:
         (element_kind, element), length = detail
         base = _primitive_base(element_kind, element)
         if base in BYTE_TYPES:
@@ -184,7 +197,9 @@ class CodecFactory:
             source.emit(indent, f"_check_length({value}, {length}, {value!r})")
             self._encode_elements(source, run.layout, element_kind, element, value, indent)
 
-    def _encode_sequence(self, source, run, detail, value: str, indent: int) -> None:
+    def _encode_sequence(
+        self, source: _Source, run: _PackRun, detail: _Collection, value: str, indent: int
+    ) -> None:
         (element_kind, element), max_length = detail
         base = _primitive_base(element_kind, element)
         count = source.name("n")
@@ -212,7 +227,15 @@ class CodecFactory:
         else:
             self._encode_elements(source, run.layout, element_kind, element, value, indent)
 
-    def _encode_elements(self, source, layout, element_kind, element, value, indent) -> None:
+    def _encode_elements(
+        self,
+        source: _Source,
+        layout: _Layout,
+        element_kind: Nodetype,
+        element: Any,
+        value: str,
+        indent: int,
+    ) -> None:
         """A loop over strings or messages (arrays and sequences)."""
         item = source.name("e")
         source.emit(indent, f"for {item} in {value}:")
@@ -242,7 +265,7 @@ class CodecFactory:
         source.emit(BODY, f"return {expression}, pos")
         return _define(source, f"decode_{msgtype.replace('/', '_')}", "buf, pos")
 
-    def _decode_message(self, source, run, msgtype: str, indent: int) -> str:
+    def _decode_message(self, source: _Source, run: _UnpackRun, msgtype: str, indent: int) -> str:
         """Statements reading ``msgtype``; returns the expression constructing it."""
         arguments = []
         for _name, (kind, detail) in self._fielddefs[msgtype][1]:
@@ -257,14 +280,16 @@ class CodecFactory:
         cls = source.constant("C", self._class_of(msgtype))
         return f"{cls}({', '.join(arguments)})"
 
-    def _decode_scalar(self, source, run, detail, indent: int) -> str:
+    def _decode_scalar(self, source: _Source, run: _UnpackRun, detail: _Scalar, indent: int) -> str:
         base, _bound = detail
         if base == "string":
             run.flush()
             return _decode_string(source, run.layout, indent)
         return run.add(STRUCT_CODES[base])
 
-    def _decode_array(self, source, run, detail, indent: int) -> str:
+    def _decode_array(
+        self, source: _Source, run: _UnpackRun, detail: _Collection, indent: int
+    ) -> str:
         (element_kind, element), length = detail
         base = _primitive_base(element_kind, element)
         if base in BYTE_TYPES:
@@ -274,7 +299,9 @@ class CodecFactory:
         run.flush()
         return self._decode_elements(source, run.layout, element_kind, element, str(length), indent)
 
-    def _decode_sequence(self, source, run, detail, indent: int) -> str:
+    def _decode_sequence(
+        self, source: _Source, run: _UnpackRun, detail: _Collection, indent: int
+    ) -> str:
         (element_kind, element), _max_length = detail
         base = _primitive_base(element_kind, element)
         run.flush()
@@ -303,7 +330,15 @@ class CodecFactory:
             return result
         return self._decode_elements(source, run.layout, element_kind, element, count, indent)
 
-    def _decode_elements(self, source, layout, element_kind, element, count: str, indent) -> str:
+    def _decode_elements(
+        self,
+        source: _Source,
+        layout: _Layout,
+        element_kind: Nodetype,
+        element: Any,
+        count: str,
+        indent: int,
+    ) -> str:
         """A loop reading ``count`` strings or messages into a list."""
         result, item = source.name("l"), source.name("o")
         source.emit(indent, f"{result} = []")

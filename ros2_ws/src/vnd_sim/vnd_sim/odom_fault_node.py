@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from vnd_core.config_io import ConfigError
 from vnd_core.units import NS_PER_S
 from vnd_flight.msgfields import fill_odometry, odometry_state, set_stamp, stamp_ns
@@ -70,7 +72,7 @@ class OdomFaultNode(Node):
             f"{self.resolve_topic_name('odom')}, fault {self.cfg.fault!r}"
         )
 
-    def on_request(self, msg) -> None:
+    def on_request(self, msg: Any) -> None:
         """A fault by name, from the next sample on; an unknown name is logged and ignored."""
         try:
             self.requested = check_fault(msg.data)
@@ -78,7 +80,7 @@ class OdomFaultNode(Node):
         except ValueError as err:
             self.get_logger().error(f"odometry fault request refused: {err}")
 
-    def on_odom(self, msg) -> None:
+    def on_odom(self, msg: Any) -> None:
         """Pass one sample through the active fault."""
         stamp = stamp_ns(msg.header.stamp)
         if self.first_stamp_ns is None:
@@ -103,7 +105,7 @@ class OdomFaultNode(Node):
         self.get_logger().warning(f"odometry fault {self.requested} from stamp {stamp}")
         self.requested, self.delayed = "none", False
 
-    def _message(self, template, state, stamp: int):
+    def _message(self, template: Any, state: np.ndarray, stamp: int) -> Any:
         """An Odometry like ``template`` carrying ``state`` stamped ``stamp``."""
         odom = self.Odometry()
         set_stamp(odom.header.stamp, stamp)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from vnd_core.wire import LEARNER_STATE_NAMES
@@ -16,6 +16,9 @@ from vnd_ros.bag_read import read_messages
 from vnd_ros.stack_records import namespaced, stamp_ns
 
 from vnd_tools import hostcpu, hoststall
+
+if TYPE_CHECKING:
+    from vnd_tools.flight_report import ScenarioClock
 
 LATENCY_FILE = "control_latency.npz"  # per-tick latency samples (numpy arrays, no pickle)
 HOST_CPU_FILE = "host_cpu.npz"  # the machine's CPU times, 10 Hz (vnd_tools.hostcpu)
@@ -194,7 +197,7 @@ def _scenario_timing(meta: dict) -> tuple[list[tuple[str, float, float]], float 
 
 
 def _latency(
-    path: Path, inputs: FlightInputs, clock: Any, spans: list
+    path: Path, inputs: FlightInputs, clock: ScenarioClock, spans: list
 ) -> tuple[np.ndarray, str, dict, np.ndarray | None]:
     """Per-tick latencies [ms] during the scenario, the method sentence, other measures, and
     the wall times [s] of those ticks' commands (None without per-tick samples)."""
@@ -270,7 +273,7 @@ def _host_stalls(path: Path, samples_path: Path) -> dict:
     return hoststall.host_stall_report(probes, ticks_s, odom_s, CONTROL_PERIOD_S)
 
 
-def _model_updates(index_path: Path, inputs: FlightInputs, clock: Any) -> list:
+def _model_updates(index_path: Path, inputs: FlightInputs, clock: ScenarioClock) -> list:
     """One ModelUpdate per learner bundle of this flight."""
     from vnd_tools.flight_report import ModelUpdate
 

@@ -131,6 +131,7 @@ def tracking_error(
         tick_stamp_ns: (M,) odometry stamps of the control ticks.
         reference_pos_m: (M, 3) reference positions of the ticks.
         tolerance_ns: a tick without a truth sample this close is dropped.
+
     Returns:
         (stamps (K,), errors (K,)) of the matched ticks, in stamp order (duplicate stamps,
         i.e. watchdog ticks repeating an odometry sample, kept once).

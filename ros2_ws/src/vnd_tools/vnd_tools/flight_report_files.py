@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from vnd_core.recovery import WINDOW_S, moving_rmse
 
 from vnd_tools import flight_report
 from vnd_tools.flight_report import FlightReport
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 def write_json(report: FlightReport, path: Path) -> Path:
@@ -160,7 +163,7 @@ def plot_report(report: FlightReport, path: Path, title: str) -> Path:
     return path
 
 
-def _plot_error(ax: Any, report: FlightReport, colours: dict[str, Any]) -> None:
+def _plot_error(ax: Axes, report: FlightReport, colours: dict[str, Any]) -> None:
     data = report.data
     for phase in data["phases"]:
         ax.axvspan(phase["start_s"], phase["end_s"], color=colours[phase["name"]], alpha=0.12)
@@ -232,7 +235,7 @@ def _plot_error(ax: Any, report: FlightReport, colours: dict[str, Any]) -> None:
     )
 
 
-def _plot_latents(ax: Any, report: FlightReport, colours: dict[str, Any]) -> None:
+def _plot_latents(ax: Axes, report: FlightReport, colours: dict[str, Any]) -> None:
     z = report.latent_z
     if len(z) < 3:
         ax.text(0.5, 0.5, "no valid latents recorded", ha="center", transform=ax.transAxes)

@@ -138,6 +138,7 @@ def check_status_reports(
 
     Args:
         reports: latest report by node role (see :func:`by_role`).
+        thresholds: the largest report age accepted.
     """
     name = "node status"
     expected = f"encoder and policy report, age <= {thresholds.status_max_age_s:g} s"

@@ -118,6 +118,7 @@ def check_odometry(topic: str, states: np.ndarray, thresholds: PreflightThreshol
     Args:
         topic: odometry topic name (for the message).
         states: (N, 13) states p, q (w x y z), v (world), omega (body) of the received messages.
+        thresholds: the quaternion-norm tolerance and the speed and body-rate limits.
     """
     name = "odometry sanity"
     expected = (
@@ -173,6 +174,7 @@ def check_commands(
         modes: (N,) CtbrCommand MODE_* of each command.
         policy_versions: (N,) policy_version of each command.
         policy_active_version: the policy's NodeStatus active version (None: no status).
+        thresholds: the least command rate and the accepted modes.
     """
     name = "policy commands"
     accepted = "/".join(thresholds.accepted_modes)

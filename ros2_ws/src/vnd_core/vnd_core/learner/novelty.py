@@ -65,7 +65,7 @@ class UnexplainedCounter:
         period_s: float,
         gap_factor: float,
         threshold_mps2: float,
-    ):
+    ) -> None:
         self.model = model
         self.prior = prior
         self.since_ns = since_ns

@@ -58,7 +58,7 @@ class ReplayBuffer:
         clusters: int = 6,
         slack: float = 0.05,
         seed: int = 0,
-    ):
+    ) -> None:
         if capacity_ticks < 2 * chunk_ticks or chunk_ticks < 1 or clusters < 1:
             raise ValueError(
                 f"need capacity_ticks >= 2 * chunk_ticks, chunk_ticks >= 1 and clusters >= 1, "

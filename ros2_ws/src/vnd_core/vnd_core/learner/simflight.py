@@ -46,7 +46,7 @@ class SimulatedFlight:
         bundle: Bundle,
         seed: int = 0,
         plant_config: PlantConfig | None = None,
-    ):
+    ) -> None:
         self.scenario = scenario
         self.plant = TruePlant(bundle.vehicle, scenario, 1, plant_config, seed=seed)
         self.plant.reset(scenario.start_state(1))

@@ -80,7 +80,7 @@ class TransitionDataset:
         prior: NominalModel,
         segments: Iterable[Segment] = (),
         action_delay_ticks: int = 0,
-    ):
+    ) -> None:
         if action_delay_ticks < 0:
             raise ValueError(f"action_delay_ticks must be >= 0, got {action_delay_ticks}")
         self.prior = prior

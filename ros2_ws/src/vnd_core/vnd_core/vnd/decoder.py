@@ -17,7 +17,9 @@ class ContextDecoder(nn.Module):
     informative about the whole window, not only about what the residual happens to need).
     """
 
-    def __init__(self, latent_dim: int, context_len: int, feature_dim: int, hidden: Sequence[int]):
+    def __init__(
+        self, latent_dim: int, context_len: int, feature_dim: int, hidden: Sequence[int]
+    ) -> None:
         super().__init__()
         self.context_len = context_len
         self.feature_dim = feature_dim

@@ -16,7 +16,9 @@ class ContextEncoder(nn.Module):
     state is carried between ticks, and any tick can be recomputed from the logged window alone.
     """
 
-    def __init__(self, feature_dim: int, latent_dim: int, hidden_dim: int, first_column: int = 0):
+    def __init__(
+        self, feature_dim: int, latent_dim: int, hidden_dim: int, first_column: int = 0
+    ) -> None:
         super().__init__()
         self.first_column = first_column  # the encoder reads columns first_column.. of F
         width = feature_dim - first_column

@@ -15,7 +15,9 @@ from vnd_core.state import ACTION_DIM, POS, QUAT, VEL, hover_state
 from vnd_core.vnd.data import Segment
 
 
-def smooth_noise(shape: tuple[int, ...], generator: torch.Generator, smoothing: float = 0.9):
+def smooth_noise(
+    shape: tuple[int, ...], generator: torch.Generator, smoothing: float = 0.9
+) -> torch.Tensor:
     """First-order filtered unit Gaussian noise of ``shape`` (ticks first), unit variance."""
     white = torch.randn(shape, generator=generator)
     out = torch.empty_like(white)

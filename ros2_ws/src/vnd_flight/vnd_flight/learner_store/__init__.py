@@ -1,4 +1,4 @@
-"""ROS-free storage of the learner node, one module each (import them directly):
+"""ROS-free storage of the learner node, one module each (import them directly).
 
 - :mod:`vnd_flight.learner_store.replay_store`: the replay store (rosbag2 MCAP segments);
 - :mod:`vnd_flight.learner_store.registry`: the bundle registry (files + index.json);

@@ -87,9 +87,15 @@ def encode_frame(
     return _PREFIX.pack(MAGIC, len(header_bytes), offset) + header_bytes + b"".join(parts)
 
 
-def write_frame(stream: BinaryIO, kind: str, **parts: Any) -> None:
+def write_frame(
+    stream: BinaryIO,
+    kind: str,
+    meta: Mapping[str, Any] | None = None,
+    arrays: Mapping[str, np.ndarray] | None = None,
+    blobs: Mapping[str, bytes] | None = None,
+) -> None:
     """Encode a frame (see :func:`encode_frame`), write it to ``stream`` and flush."""
-    stream.write(encode_frame(kind, **parts))
+    stream.write(encode_frame(kind, meta=meta, arrays=arrays, blobs=blobs))
     stream.flush()
 
 

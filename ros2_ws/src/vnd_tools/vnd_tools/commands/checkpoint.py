@@ -20,12 +20,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vnd_core.wire import CheckpointAction
 from vnd_ros.client import StackClient
 from vnd_ros.launch.resolve import default_environment
 from vnd_ros.stack_records import CheckpointResult, ClientError
+
+if TYPE_CHECKING:
+    from vnd_core.bundle import Bundle
 
 DEFAULT_RUN_DIR = "/tmp/vnd_run"  # launch/vnd_sim.launch.yaml's run_dir default
 VERBS = {
@@ -250,7 +253,7 @@ def describe_bundle(path: Path) -> tuple[str, str]:
     return "\n".join(lines), problem
 
 
-def _behaviour_text(bundle: Any) -> str:
+def _behaviour_text(bundle: Bundle) -> str:
     """The policy node's behavioural check with the default safety limits, passed (raises
     BundleError naming the figure when the bundle leaves the envelope)."""
     import math
@@ -268,7 +271,8 @@ def _behaviour_text(bundle: Any) -> str:
     )
 
 
-def _vehicle_text(vehicle: Any) -> str:
+def _vehicle_text(vehicle: object) -> str:
+    """The vehicle line of a bundle's metadata: its name and mass, or "missing"."""
     if not isinstance(vehicle, dict):
         return "missing"
     name = vehicle.get("name", "?")
@@ -286,6 +290,7 @@ def _architecture_lines(arch: dict) -> list[str]:
     return lines
 
 
-def _short(value: Any, limit: int = 160) -> str:
+def _short(value: object, limit: int = 160) -> str:
+    """``value`` as one line of JSON (a string as it is), cut to ``limit`` characters."""
     text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 3] + "..."

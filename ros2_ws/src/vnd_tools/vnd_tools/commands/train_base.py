@@ -11,7 +11,7 @@ import torch
 from vnd_core.bundle import Bundle, save_bundle
 from vnd_core.dynamics import NominalModel
 from vnd_core.policy import PolicyConfig, PolicyNet
-from vnd_core.trainer import PolicyTrainer, TrainerConfig, prior_dynamics
+from vnd_core.trainer import PolicyTrainer, Progress, TrainerConfig, prior_dynamics
 from vnd_core.vehicle import load_vehicle
 
 
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def train_base_policy(
-    vehicle_name: str, config: TrainerConfig, progress=None
+    vehicle_name: str, config: TrainerConfig, progress: Progress | None = None
 ) -> tuple[PolicyNet, dict]:
     """Train a fresh base policy on the prior; returns it and the training summary."""
     vehicle = load_vehicle(vehicle_name)

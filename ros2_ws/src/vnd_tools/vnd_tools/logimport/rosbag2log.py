@@ -26,10 +26,13 @@ fraction times ``thrust_max_n``). Stamps are the header stamps; when either topi
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rosbags.highlevel import AnyReader
+from rosbags.interfaces import Connection
 from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 from rosbags.typesys.store import Typestore
 from vnd_core.evaluation.replay_bag import transition_msg_path
@@ -80,7 +83,13 @@ def log_typestore() -> Typestore:
     return store
 
 
-def _pick(connections, types: tuple[str, ...], wanted: str | None, what: str, bag: Path):
+def _pick(
+    connections: Sequence[Connection],
+    types: tuple[str, ...],
+    wanted: str | None,
+    what: str,
+    bag: Path,
+) -> list[Connection]:
     """The connection of topic ``wanted``, else the only one of the first type present."""
     found = sorted({f"{c.topic} ({c.msgtype})" for c in connections})
     if wanted is not None:
@@ -104,7 +113,7 @@ def _pick(connections, types: tuple[str, ...], wanted: str | None, what: str, ba
     raise Rosbag2LogError(f"{bag}: no {what} topic ({', '.join(types)}); found {found}")
 
 
-def _command(msg, msgtype: str, vehicle: VehicleParams) -> np.ndarray:
+def _command(msg: Any, msgtype: str, vehicle: VehicleParams) -> np.ndarray:
     """(thrust [N], rates FLU (3)) of one command message."""
     if msgtype == "vnd_msgs/msg/CtbrCommand":
         return np.array([msg.thrust_n, *np.asarray(msg.body_rate_radps, dtype=float)])
