@@ -1,42 +1,38 @@
-"""Open-loop prediction errors of each segment of a replay: position, velocity and attitude
-after H steps, prior alone against prior + residual(z), and a figure of them.
+"""Open-loop prediction errors of each segment of a replay: position, velocity, tilt and
+attitude after H steps, prior alone against prior + residual(z), and a figure of them.
 
 The windows are those of :func:`vnd_core.vnd.metrics.open_loop_errors` (every window of the
 segment with H target transitions, encoded from its context, both models rolling out the
-logged actions), taken one segment at a time so a bad flight stands out from the others.
+logged actions, the model applying the residual components the policy trained against), taken
+one segment at a time so a bad flight stands out from the others.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from vnd_core.state import POS, QUAT, VEL
+from vnd_core.vnd.components import DEFAULT_COMPONENTS, check_components
 from vnd_core.vnd.data import Segment
+from vnd_core.vnd.metrics import ERROR_KINDS, window_errors
 from vnd_core.vnd.model import VNDModel
-
-ERROR_KINDS = ("position_m", "velocity_mps", "attitude_rad")
-
-
-def _errors(predicted: torch.Tensor, truth: torch.Tensor) -> dict[str, float]:
-    """Mean errors of predicted vs true final states (W, 13)."""
-    dot = (predicted[:, QUAT] * truth[:, QUAT]).sum(dim=-1).abs().clamp(max=1.0)
-    return {
-        "position_m": float((predicted[:, POS] - truth[:, POS]).norm(dim=-1).mean()),
-        "velocity_mps": float((predicted[:, VEL] - truth[:, VEL]).norm(dim=-1).mean()),
-        "attitude_rad": float((2.0 * torch.acos(dot)).mean()),
-    }
 
 
 @torch.no_grad()
 def segment_errors(
-    model: VNDModel, segments: Sequence[Segment], horizons: Sequence[int] = (1, 10, 50)
+    model: VNDModel,
+    segments: Sequence[Segment],
+    horizons: Sequence[int] = (1, 10, 50),
+    components: str = DEFAULT_COMPONENTS,
 ) -> list[dict]:
     """One entry per segment: ``{"segment": i, "ticks": n, "H": {"prior": {...}, "model":
-    {...}, "windows": w}}`` with the errors of :data:`ERROR_KINDS`; horizons longer than the
-    segment allows are left out."""
+    {...}, "windows": w}}`` with the errors of :data:`ERROR_KINDS`, the model applying the
+    residual ``components``; horizons longer than the segment allows are left out."""
+    check_components(components)
     was_training = model.training
     model.eval()
     out = []
@@ -49,40 +45,51 @@ def segment_errors(
                     starts = dataset.window_starts(model.context_len, horizon)
                     if len(starts) == 0:
                         continue
-                    batch = dataset.gather(starts, model.context_len, horizon)
-                    z = model.encoder(batch.context)
-                    initial, truth = batch.states[:, 0], batch.states[:, -1]
-                    learned = model.rollout(initial, batch.actions, z)[:, -1]
-                    prior = model.rollout_prior(initial, batch.actions)[:, -1]
-                    entry[str(horizon)] = {
-                        "prior": _errors(prior, truth),
-                        "model": _errors(learned, truth),
-                        "windows": len(starts),
-                    }
+                    errors = window_errors(model, dataset, starts, horizon, components)
+                    entry[str(horizon)] = {**errors, "windows": len(starts)}
             out.append(entry)
     finally:
         model.train(was_training)
     return out
 
 
-def plot_segment_errors(entries: Sequence[dict], horizon: int, path: str | Path) -> Path:
-    """Bar chart (PNG) of each segment's errors at ``horizon``, prior against model."""
+def plot_segment_errors(
+    entries: Sequence[dict],
+    horizons: Sequence[int],
+    path: str | Path,
+    overall: Mapping[str, dict] | None = None,
+    components: str = DEFAULT_COMPONENTS,
+) -> Path:
+    """Bar charts (PNG) of each segment's errors, prior against model: one row per horizon of
+    ``horizons``, one column per :data:`ERROR_KINDS` (angles in degrees); ``overall``
+    (``open_loop_errors(...)["errors"]``), when given, adds an "all" bar group per chart."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = str(horizon)
-    shown = [e for e in entries if key in e]
-    fig, axes = plt.subplots(1, len(ERROR_KINDS), figsize=(4 * len(ERROR_KINDS), 3.2))
-    x = torch.arange(len(shown)).numpy()
-    for ax, kind in zip(axes, ERROR_KINDS, strict=True):
-        ax.bar(x - 0.2, [e[key]["prior"][kind] for e in shown], 0.4, label="prior")
-        ax.bar(x + 0.2, [e[key]["model"][kind] for e in shown], 0.4, label="VND")
-        ax.set_xticks(x, [str(e["segment"]) for e in shown])
+    rows = len(horizons)
+    fig, axes = plt.subplots(
+        rows, len(ERROR_KINDS), figsize=(3.6 * len(ERROR_KINDS), 2.8 * rows), squeeze=False
+    )
+    for row, horizon in zip(axes, horizons, strict=True):
+        key = str(horizon)
+        groups = [(str(e["segment"]), e[key]) for e in entries if key in e]
+        if overall is not None and key in overall:
+            groups.append(("all", overall[key]))
+        x = np.arange(len(groups))
+        for ax, kind in zip(row, ERROR_KINDS, strict=True):
+            scale, unit = (math.degrees(1.0), "deg") if kind.endswith("_rad") else (1.0, "")
+            label = kind.removesuffix("_rad") + (f"_{unit}" if unit else "")
+            for shift, name, shown in ((-0.2, "prior", "prior"), (0.2, "model", "VND")):
+                values = [g[name][kind] * scale for _, g in groups]
+                ax.bar(x + shift, values, 0.4, label=shown)
+            ax.set_xticks(x, [name for name, _ in groups])
+            ax.set_title(f"{label} after {horizon} steps", fontsize=9)
+    for ax in axes[-1]:
         ax.set_xlabel("segment")
-        ax.set_title(f"{kind} after {horizon} steps")
-    axes[0].legend()
+    axes[0][0].legend()
+    fig.suptitle(f"open-loop errors, residual components: {components}", fontsize=10)
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

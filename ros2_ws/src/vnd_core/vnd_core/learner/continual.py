@@ -62,10 +62,12 @@ from vnd_core.learner.validation import (
     model_worse_than_prior,
     non_finite_tensor,
     rollout_errors,
+    rotation_worse_than_prior,
 )
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, TrainerConfig
 from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.components import SUMMARY_KEY
 from vnd_core.vnd.data import NO_LABEL, TransitionDataset
 from vnd_core.vnd.features import prior_error
 from vnd_core.vnd.fit import FitConfig, fit_vnd
@@ -469,6 +471,8 @@ class ContinualLearner:
         active, c = self._active, self.config
         version = active.version + 1
         metrics: dict = {"version": version, "parent_version": active.version}
+        # the bundle records which residual parts its policy trained against (components.py)
+        metrics[SUMMARY_KEY] = c.residual_components
 
         report("fit", 0.0)
         model = self._start_model()
@@ -702,7 +706,11 @@ class ContinualLearner:
         reason = action_limit_violation(policy, self.vehicle, v.probe_observations, v.seed)
         if reason:
             return reason, checks
-        reason, checks["model_check"] = model_worse_than_prior(model, dataset, v)
+        components = self.config.residual_components
+        reason, checks["model_check"] = model_worse_than_prior(model, dataset, v, components)
+        if reason:
+            return reason, checks
+        reason, checks["rotation_check"] = rotation_worse_than_prior(model, dataset, v, components)
         if reason:
             return reason, checks
         active = self._active

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 
 from vnd_core.policy import PolicyNet
-from vnd_core.state import OMEGA, POS, QUAT, VEL
 from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.components import COMPONENT_MASKS, check_components, compose
 from vnd_core.vnd.data import TransitionDataset
-from vnd_core.vnd.features import RES_POS, RES_VEL, apply_residual, dynamics_input
+from vnd_core.vnd.features import dynamics_input
 from vnd_core.vnd.model import INPUT_STD_FLOOR, VNDModel
 
 # progress(iteration, total_iterations, metrics)
@@ -70,21 +70,52 @@ def train_policy_on_model(
     the model's. The model is frozen (``frozen_dynamics``). Returns the trainer's JSON-able
     summary (iterations, wall time, first and final loss, final position error).
     """
+    policy.train()
+    trainer = on_model_trainer(
+        policy,
+        model,
+        vehicle,
+        config,
+        anchor_fraction=anchor_fraction,
+        residual_bound=residual_bound,
+        latent_pool=latent_pool,
+        pool_fraction=pool_fraction,
+        pool_weights=pool_weights,
+        components=components,
+        trust_region=trust_region,
+    )
+    summary = trainer.train(progress=progress)
+    policy.eval()
+    return summary
+
+
+def on_model_trainer(
+    policy: PolicyNet,
+    model: VNDModel,
+    vehicle: VehicleParams,
+    config: TrainerConfig,
+    *,
+    anchor_fraction: float,
+    residual_bound: torch.Tensor | None,
+    latent_pool: torch.Tensor | None,
+    pool_fraction: float,
+    pool_weights: torch.Tensor | None,
+    components: str,
+    trust_region: TrustRegion,
+) -> PolicyTrainer:
+    """The trainer :func:`train_policy_on_model` runs (arguments as there), for callers that
+    train ``policy`` in several calls with one optimiser state."""
     if policy.latent_dim != model.latent_dim:
         raise ValueError(
             f"policy latent size {policy.latent_dim} differs from the model's {model.latent_dim}"
         )
     if not 0.0 <= anchor_fraction < 1.0:
         raise ValueError(f"anchor_fraction must be within [0, 1), got {anchor_fraction}")
-    policy.train()
     dynamics = anchored_dynamics(model, residual_bound, components, trust_region=trust_region)
     sampler = anchored_latent(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
-    trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
-    summary = trainer.train(progress=progress)
-    policy.eval()
-    return summary
+    return PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
 
 
 def residual_bound(dataset: TransitionDataset) -> torch.Tensor:
@@ -174,12 +205,6 @@ def data_trust(region: TrustRegion, state: torch.Tensor, action: torch.Tensor) -
     return region.weight(dynamics_input(state, action))
 
 
-COMPONENT_MASKS = {  # which of the 12 residual components (pos, rot, vel, omega) act
-    "full": (1.0,) * 12,
-    "translational": (1.0,) * 3 + (0.0,) * 3 + (1.0,) * 3 + (0.0,) * 3,
-}
-
-
 def anchored_dynamics(
     model: VNDModel,
     residual_bound: torch.Tensor | None = None,
@@ -193,38 +218,29 @@ def anchored_dynamics(
     data the model was fitted on); with ``prior_at_zero`` the bare prior for rows whose z is
     exactly 0 (the anchors; a latent-free model is trained with z = 0 and passes False).
     Shapes: state (B, 13), action (B, 4), z (B, nz)."""
-    if components not in COMPONENT_MASKS:
-        raise ValueError(f"components must be one of {sorted(COMPONENT_MASKS)}, got {components}")
-    mask = torch.tensor(COMPONENT_MASKS[components])
-    # Forces only: the rotation and rate parts are masked to zero, so skip composing them.
-    compose = _add_translational if components == "translational" else apply_residual
+    mask = torch.tensor(COMPONENT_MASKS[check_components(components)])
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
 
+    def bind_latent(z: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The dynamics under latents ``z`` (B, nz): their FiLM terms and anchors computed once
+        (the policy trainer binds an episode's z once per window)."""
+        modulation = model.residual.modulation(z)
+        anchored = (z == 0).all(dim=-1, keepdim=True) if prior_at_zero else None  # (B, 1)
+
+        def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+            prior_next = model.prior(state, action)
+            inputs = dynamics_input(state, action)  # once, for both the residual and its trust
+            residual = model.residual(inputs, modulation=modulation)
+            if residual_bound is not None:
+                residual = residual.clamp(-residual_bound, residual_bound)
+            residual = residual * (trust_region.weight(inputs) * mask)
+            corrected = compose(prior_next, residual, components)  # forces only: rotation kept
+            return corrected if anchored is None else torch.where(anchored, prior_next, corrected)
+
+        return step
+
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        prior_next = model.prior(state, action)
-        inputs = dynamics_input(state, action)  # once, for both the residual and its trust
-        residual = model.residual(inputs, z)
-        if residual_bound is not None:
-            residual = torch.maximum(torch.minimum(residual, residual_bound), -residual_bound)
-        residual = residual * trust_region.weight(inputs) * mask
-        corrected = compose(prior_next, residual)
-        if not prior_at_zero:
-            return corrected
-        anchored = (z == 0).all(dim=-1, keepdim=True)  # (B, 1)
-        return torch.where(anchored, prior_next, corrected)
+        return bind_latent(z)(state, action)
 
+    dynamics.bind_latent = bind_latent
     return dynamics
-
-
-def _add_translational(predicted: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """``predicted ⊕ residual`` (B, 13) for a residual (B, 12) whose rotation and rate parts
-    are zero: position and velocity added, attitude and rates kept."""
-    return torch.cat(
-        [
-            predicted[..., POS] + residual[..., RES_POS],
-            predicted[..., QUAT],
-            predicted[..., VEL] + residual[..., RES_VEL],
-            predicted[..., OMEGA],
-        ],
-        dim=-1,
-    )

@@ -5,6 +5,14 @@
    inside the vehicle's thrust and body-rate limits.
 3. Model sanity: the new model's open-loop position error on the replay data is not worse than
    the prior alone (beyond a margin): otherwise the policy was trained on a worse world model.
+   Both this and the next check apply the residual components the policy trained against.
+3b. Rotation sanity (only when the policy trains against the full residual): on the calm
+   replay windows (as gate 5 defines them), the new model's tilt and attitude errors after
+   ``rotation_check_horizon`` open-loop steps are not worse than the prior's (beyond
+   ``rotation_margin_frac``). Learned from 50 Hz motion capture, the rotational residual
+   mostly holds the rate loop's lag and filter artefacts and can drift far from the prior over
+   a second of open loop; a policy trained against it fights torques the vehicle does not
+   have. With translational components (the default) the attitude is the prior's: no check.
 4. Cost on learned-model rollouts: closed loop on the new model (as the policy was trained on
    it), for conditions taken from the replay (windows encoded by the new encoder for the
    candidate; the active policy reads its own encoder's latent of the same windows, or z = 0
@@ -50,8 +58,9 @@ from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import POS, QUAT, VEL, hover_state
 from vnd_core.trainer import Dynamics, prior_dynamics
 from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.components import DEFAULT_COMPONENTS, check_components
 from vnd_core.vnd.data import TransitionDataset
-from vnd_core.vnd.metrics import open_loop_errors
+from vnd_core.vnd.metrics import evenly_spread, open_loop_errors, window_errors
 from vnd_core.vnd.model import VNDModel
 
 
@@ -63,6 +72,9 @@ class ValidationConfig:
     model_check_horizon: int = 10  # open-loop steps of the model-vs-prior check
     model_check_windows: int = 256  # windows of that check (evenly spread over the replay)
     model_margin_frac: float = 0.1  # model error may exceed the prior's by this fraction
+    rotation_check_horizon: int = 50  # open-loop steps of the rotation check (gate 3b)
+    rotation_check_windows: int = 256  # calm windows of that check (evenly spread)
+    rotation_margin_frac: float = 0.1  # model tilt / attitude error may exceed the prior's by this
     eval_rollouts: int = 64  # closed-loop rollouts on the learned model, per policy
     eval_ticks: int = 100  # ticks per rollout (2 s)
     hold_fraction: float = 0.5  # rollouts that hold position from a replay state (the rest track)
@@ -298,11 +310,15 @@ def calm_tracking_regression(
 
 
 def model_worse_than_prior(
-    model: VNDModel, dataset: TransitionDataset, config: ValidationConfig
+    model: VNDModel,
+    dataset: TransitionDataset,
+    config: ValidationConfig,
+    components: str = DEFAULT_COMPONENTS,
 ) -> tuple[str | None, dict]:
-    """(reason or None, metrics): open-loop error of prior + D(z) vs the prior alone."""
+    """(reason or None, metrics): open-loop error of prior + the ``components`` of D(z) vs the
+    prior alone."""
     errors = open_loop_errors(
-        model, dataset, (config.model_check_horizon,), config.model_check_windows
+        model, dataset, (config.model_check_horizon,), config.model_check_windows, components
     )
     key = str(config.model_check_horizon)
     if key not in errors["model_err_m"]:
@@ -315,3 +331,46 @@ def model_worse_than_prior(
             metrics,
         )
     return None, metrics
+
+
+def rotation_worse_than_prior(
+    model: VNDModel,
+    dataset: TransitionDataset,
+    config: ValidationConfig,
+    components: str = DEFAULT_COMPONENTS,
+) -> tuple[str | None, dict]:
+    """Gate 3b: (reason or None, figures) of the model's tilt and attitude errors after
+    ``rotation_check_horizon`` open-loop steps on the calm replay windows (the prior's mean
+    velocity error over the context below ``calm_accel_mps2``) against the prior's. Only a
+    model whose policy trains against the rotational residual (``components`` "full") is
+    checked; no calm window long enough: no check."""
+    if check_components(components) == "translational":
+        return None, {}
+    horizon, context_len = config.rotation_check_horizon, model.context_len
+    starts = dataset.window_starts(context_len, horizon)
+    with torch.no_grad():
+        accel = window_unexplained_accel(
+            None, dataset.context(starts, context_len), model.prior.config.dt_s
+        )
+    calm = evenly_spread(starts[accel <= config.calm_accel_mps2], config.rotation_check_windows)
+    figures: dict = {"horizon": horizon, "calm_windows": len(calm)}
+    if len(calm) == 0:
+        return None, figures
+    errors = window_errors(model, dataset, calm, horizon, components)
+    worse = []
+    for kind in ("tilt_rad", "attitude_rad"):
+        prior_deg = math.degrees(errors["prior"][kind])
+        model_deg = math.degrees(errors["model"][kind])
+        name = kind.removesuffix("_rad")
+        figures[f"prior_{name}_deg"], figures[f"model_{name}_deg"] = prior_deg, model_deg
+        if not model_deg <= prior_deg * (1.0 + config.rotation_margin_frac) + 1e-3:
+            worse.append(f"{name} error {model_deg:.2f} deg (prior {prior_deg:.2f} deg)")
+    if worse:
+        return (
+            f"rotational residual worse than the prior by more than "
+            f"{config.rotation_margin_frac:.0%} after {horizon} open-loop steps in calm flight "
+            f"({len(calm)} replay windows): {', '.join(worse)}; the policy would train against "
+            "rotations the vehicle does not make",
+            figures,
+        )
+    return None, figures

@@ -2,11 +2,16 @@
 
 For every window of the bag's POLICY-mode runs, the bundle's encoder reads the C ticks of
 context, then the prior alone and prior + residual(z) roll the logged actions forward from the
-next state; the position error after 1, 10 and 50 steps is averaged over windows
-(:func:`vnd_core.vnd.open_loop_errors`). ``--latents`` exports the latent of every complete
-context with the stamp of the tick it serves (the newest state of its context). The JSON's
-``per_segment`` holds the position, velocity and attitude errors of each run on its own
-(:mod:`vnd_core.evaluation.segment_errors`); ``--png`` draws them at the longest horizon.
+next state; the position, velocity, tilt and attitude errors after 1, 10 and 50 steps are
+averaged over windows (:func:`vnd_core.vnd.open_loop_errors`), overall and per run
+(:mod:`vnd_core.evaluation.segment_errors`), printed as a table, written to the JSON
+(``errors`` and ``per_segment``) and, with ``--png``, drawn.
+
+The model is scored as the policy uses it: with the residual components recorded in the bundle
+(:mod:`vnd_core.vnd.components`; by default the translational ones, attitude and rates from
+the prior). ``--components full`` scores every component instead, for diagnosis.
+``--latents`` exports the latent of every complete context with the stamp of the tick it
+serves (the newest state of its context).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
 from vnd_core.evaluation.segment_errors import plot_segment_errors, segment_errors
 from vnd_core.learner import TickRecords, split_runs
+from vnd_core.vnd.components import COMPONENT_MASKS, recorded_components
 from vnd_core.vnd.data import Segment, TransitionDataset
-from vnd_core.vnd.metrics import open_loop_errors
+from vnd_core.vnd.metrics import ERROR_KINDS, open_loop_errors
 from vnd_core.vnd.model import VNDModel
 
 from vnd_tools.logimport.checks import check_replay_input
@@ -42,7 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-windows", type=int, default=2000, help="windows per horizon")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument(
-        "--png", type=Path, default=None, help="per-segment errors at the longest horizon (PNG)"
+        "--png", type=Path, default=None, help="per-segment and overall errors (PNG)"
+    )
+    parser.add_argument(
+        "--components",
+        choices=["recorded", *sorted(COMPONENT_MASKS), "all"],
+        default="recorded",
+        help="residual components the model applies: those the bundle records (the ones its "
+        "policy trained against; default), or a set for diagnosis ('all' = 'full')",
     )
 
 
@@ -95,16 +108,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"vnd model-eval: {args.bundle}: bundle v{bundle.version} carries no VND model")
         return 2
     print(check_replay_input(records.stamp_ns, records.state, bundle.vehicle))
+    try:
+        recorded = recorded_components(bundle.summary)
+    except ValueError as err:
+        print(f"vnd model-eval: {args.bundle}: bundle summary: {err}")
+        return 2
+    components = {"recorded": recorded, "all": "full"}.get(args.components, args.components)
     model = bundle.model.eval()
     dataset, stamps_ns = replay_dataset(model, records)
     if dataset.num_segments == 0:
         print(f"vnd model-eval: no POLICY-mode run of >= 2 ticks in {len(records)} records")
         return 2
-    errors = open_loop_errors(model, dataset, HORIZONS, args.max_windows)
+    errors = open_loop_errors(model, dataset, HORIZONS, args.max_windows, components)
     report = {
         "bags": [str(b) for b in args.bag],
         "bundle": str(args.bundle),
         "bundle_version": bundle.version,
+        "recorded_components": recorded,
         "ticks": len(records),
         "segments": dataset.num_segments,
         "transitions": dataset.num_transitions,
@@ -117,18 +137,44 @@ def run(args: argparse.Namespace) -> int:
     missing = [str(h) for h in HORIZONS if str(h) not in errors["prior_err_m"]]
     if missing:
         report["note"] = f"no run is long enough for horizons {missing}"
-    report["per_segment"] = segment_errors(model, _segments(records), HORIZONS)
+    report["per_segment"] = segment_errors(model, _segments(records), HORIZONS, components)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     if args.png is not None:
-        plot_segment_errors(report["per_segment"], HORIZONS[-1], args.png)
+        plot_segment_errors(report["per_segment"], HORIZONS, args.png, errors["errors"], components)
     if args.latents is not None:
         z, stamps = latents_with_stamps(model, dataset, stamps_ns)
         args.latents.parent.mkdir(parents=True, exist_ok=True)
         np.savez(args.latents, stamp_ns=stamps, z=z, bundle_version=np.array(bundle.version))
-    summary = ", ".join(
-        f"{h}: prior {errors['prior_err_m'][h]:.4f} m / model {errors['model_err_m'][h]:.4f} m"
-        for h in errors["prior_err_m"]
+    print(
+        f"open-loop errors ({dataset.num_transitions} transitions, residual components "
+        f"{components}; the bundle records {recorded}), prior / model:"
     )
-    print(f"open-loop position error ({dataset.num_transitions} transitions) {summary}")
+    print(error_table(errors, report["per_segment"]))
     return 0
+
+
+def _cell(errors: dict, kind: str) -> str:
+    """``prior / model`` of one error kind, angles in degrees."""
+    scale = np.degrees(1.0) if kind.endswith("_rad") else 1.0
+    return f"{errors['prior'][kind] * scale:.4f} / {errors['model'][kind] * scale:.4f}"
+
+
+def error_table(overall: dict, per_segment: list[dict]) -> str:
+    """Text table of the errors (prior / model) of every segment and overall, one row per
+    segment and horizon; ``overall`` is what :func:`open_loop_errors` returns, ``per_segment``
+    the entries of :func:`segment_errors`."""
+    heads = [k.removesuffix("_rad") + "_deg" if k.endswith("_rad") else k for k in ERROR_KINDS]
+    lines = ["  ".join([f"{'segment':>8}", f"{'H':>3}", f"{'windows':>7}", *heads])]
+    rows = [(str(e["segment"]), e) for e in per_segment]
+    windows = overall["num_windows"]
+    rows.append(("all", {h: {**e, "windows": windows[h]} for h, e in overall["errors"].items()}))
+    for name, entry in rows:
+        for horizon in HORIZONS:
+            errors = entry.get(str(horizon))
+            if errors is None:
+                continue
+            cells = [_cell(errors, kind) for kind in ERROR_KINDS]
+            count = f"{errors['windows']:>7}"
+            lines.append("  ".join([f"{name:>8}", f"{horizon:>3}", count, *cells]))
+    return "\n".join(lines)

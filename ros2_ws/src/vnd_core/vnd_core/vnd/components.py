@@ -1,0 +1,62 @@
+"""Which parts of the residual D(s, a, z) a model is used with, and composing only those.
+
+The residual has 12 components: position (3), rotation (3), velocity (3) and body rates (3).
+A policy trains against the ``"translational"`` ones by default (position and velocity:
+forces such as wind, payload, lost thrust), with the attitude and rates of the prior; or
+against all of them (``"full"``). Whatever scores, gates or flies a learned model must use the
+same set the policy trained on: a rotational residual the policy never saw can drift far from
+the prior and makes a model look worse (or better) than the one the policy relies on.
+
+A bundle records the set in its summary (:data:`SUMMARY_KEY`, written by the continual learner);
+a bundle without the key was trained with the learner's default, ``"translational"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from vnd_core.state import OMEGA, POS, QUAT, VEL
+from vnd_core.vnd.features import RES_POS, RES_VEL, apply_residual
+
+COMPONENT_MASKS = {  # which of the 12 residual components (pos, rot, vel, omega) act
+    "full": (1.0,) * 12,
+    "translational": (1.0,) * 3 + (0.0,) * 3 + (1.0,) * 3 + (0.0,) * 3,
+}
+DEFAULT_COMPONENTS = "translational"  # what policies train against unless configured otherwise
+SUMMARY_KEY = "residual_components"  # bundle summary field naming the set
+
+
+def check_components(components: str) -> str:
+    """``components`` if it names a set of :data:`COMPONENT_MASKS`, else ValueError naming it."""
+    if components not in COMPONENT_MASKS:
+        raise ValueError(f"components must be one of {sorted(COMPONENT_MASKS)}, got {components!r}")
+    return components
+
+
+def recorded_components(summary: Mapping) -> str:
+    """The residual components a bundle's model is meant to be used with, from the bundle's
+    ``summary``; :data:`DEFAULT_COMPONENTS` when it does not say. ValueError on an unknown set."""
+    return check_components(summary.get(SUMMARY_KEY, DEFAULT_COMPONENTS))
+
+
+def add_translational(predicted: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``predicted ⊕ residual`` (..., 13) with only the position and velocity parts of
+    ``residual`` (..., 12) added; the attitude and body rates stay the prior's."""
+    return torch.cat(
+        [
+            predicted[..., POS] + residual[..., RES_POS],
+            predicted[..., QUAT],
+            predicted[..., VEL] + residual[..., RES_VEL],
+            predicted[..., OMEGA],
+        ],
+        dim=-1,
+    )
+
+
+def compose(predicted: torch.Tensor, residual: torch.Tensor, components: str) -> torch.Tensor:
+    """``predicted`` (..., 13) corrected by the ``components`` of ``residual`` (..., 12)."""
+    if check_components(components) == "translational":
+        return add_translational(predicted, residual)
+    return apply_residual(predicted, residual)
