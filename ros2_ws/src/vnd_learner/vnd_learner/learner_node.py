@@ -89,7 +89,13 @@ STATE_TRAINING = LearnerState.TRAINING
 STATE_VALIDATING = LearnerState.VALIDATING
 STATE_ERROR = LearnerState.ERROR
 _STAGE_TIMES = ("fit", "train", "validate", "total")  # timings of an update result [s]
-_STAGE_STATES = (("fit", STATE_FITTING), ("train", STATE_TRAINING), ("valid", STATE_VALIDATING))
+_STAGE_STATES = (
+    ("fit", STATE_FITTING),
+    ("train", STATE_TRAINING),
+    ("improve", STATE_TRAINING),  # a policy improvement round trains the policy too
+    ("valid", STATE_VALIDATING),
+)
+KIND_POLICY = "policy"  # result kind of a policy improvement round (worker.py)
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class LearnerNode(Node):
         self.state, self.message = STATE_COLLECTING, "starting"
         self.latest_version = 0
         self.updates_accepted = self.updates_rejected = 0
+        self.improvements_accepted = 0  # policy-only versions between model updates
         self.last_update_duration_s = 0.0
         self.duplicates = 0
         self.store_failures = 0
@@ -301,7 +308,10 @@ class LearnerNode(Node):
             stage = str(meta.get("stage", ""))
             state = next((s for word, s in _STAGE_STATES if word in stage.lower()), self.state)
             percent = 100.0 * float(meta.get("fraction", 0.0))
-            self._set_state(state, f"updating: {stage} ({percent:.0f}% of the cycle)")
+            if stage == "improve":
+                self._set_state(state, f"improving the policy ({percent:.0f}% of the round)")
+            else:
+                self._set_state(state, f"updating: {stage} ({percent:.0f}% of the cycle)")
         elif frame.kind == "result":
             self._on_result(frame)
         elif frame.kind == "error":
@@ -319,8 +329,14 @@ class LearnerNode(Node):
 
     def _on_result(self, frame: Frame) -> None:
         meta = frame.meta
-        self.last_update_duration_s = float(meta.get("total_s") or 0.0)
         payload = frame.blobs.get("bundle")
+        improvement = meta.get("kind") == KIND_POLICY
+        if not improvement:
+            self.last_update_duration_s = float(meta.get("total_s") or 0.0)
+        if improvement and (not meta.get("accepted") or payload is None):
+            # a round that found no better policy is routine, not a rejected update
+            self._set_state(STATE_COLLECTING, str(meta.get("reason", "")))
+            return
         if meta.get("preempted"):  # an update gave way to a new condition: not a rejection
             self._set_state(STATE_COLLECTING, str(meta.get("reason", "update preempted")))
             self.get_logger().info(self.message)
@@ -341,11 +357,15 @@ class LearnerNode(Node):
             self._set_state(STATE_ERROR, f"accepted bundle not registered: {err}")
             self.get_logger().error(self.message)
             return
-        self.updates_accepted += 1
+        what = "policy improvement" if improvement else "update"
+        if improvement:
+            self.improvements_accepted += 1
+        else:
+            self.updates_accepted += 1
         self._publish_bundle(payload, entry.version, entry.parent_version, entry.sha256)
+        took_s = float(meta.get("total_s") or 0.0)
         self._set_state(
-            STATE_COLLECTING,
-            f"published v{entry.version} (update took {self.last_update_duration_s:.1f} s)",
+            STATE_COLLECTING, f"published v{entry.version} ({what} took {took_s:.1f} s)"
         )
         self.get_logger().info(self.message)
 
@@ -407,6 +427,7 @@ class LearnerNode(Node):
             bundles_refused=len(self.refused),
             latest_refused=self.latest_refused(),
             refusal=self.refusal,
+            improvements_accepted=self.improvements_accepted,
         )
         set_stamp(status.header.stamp, self.get_clock().now().nanoseconds)
         self.status_pub.publish(status)

@@ -12,7 +12,8 @@ frame stream: file descriptor 1 is pointed at stderr once the frame channel has 
 
 Frames in: ``ticks`` (TickRecords arrays), ``stop``. Frames out: ``ready``, ``progress``
 (stage of an update and its fraction of the cycle), ``result`` (accepted, rejected or preempted,
-timings, metrics, the bundle bytes when accepted), ``error`` (fatal, then the process exits
+``kind`` "model" for a model update or "policy" for a policy improvement round, timings,
+metrics, the bundle bytes when accepted), ``error`` (fatal, then the process exits
 non-zero). Tick frames that arrive during an update are ingested at its progress points while it
 may still be preempted, so that a new condition can preempt it (:meth:`ContinualLearner.update`).
 A closed stdin means the node is gone: the worker exits at once, even mid-update (it keeps no state
@@ -116,6 +117,7 @@ def _result_frame(result: Any, bundle_bytes: bytes | None) -> dict[str, Any]:
         "accepted": bool(result.accepted),
         "preempted": bool(getattr(result, "preempted", False)),
         "reason": str(getattr(result, "reason", "")),
+        "kind": str(getattr(result, "kind", "model")),
         "version": int(bundle.version) if bundle is not None else 0,
         "parent_version": int(bundle.parent_version) if bundle is not None else 0,
         "decided_wall_s": time.time(),
@@ -127,9 +129,12 @@ def _result_frame(result: Any, bundle_bytes: bytes | None) -> dict[str, Any]:
     return {"meta": meta, "blobs": blobs}
 
 
-def run_update(learner: Any, channel: Channel, inbox: queue.Queue, held: list[Frame]) -> None:
-    """One update() with progress frames, then the result frame. Tick frames that arrive
-    meanwhile are ingested when the update polls; other frames are kept in ``held``."""
+def run_update(
+    learner: Any, channel: Channel, inbox: queue.Queue, held: list[Frame], improve: bool = False
+) -> None:
+    """One update() (or, with ``improve``, one improve() round) with progress frames, then the
+    result frame. Tick frames that arrive meanwhile are ingested when the job polls; other
+    frames are kept in ``held``."""
     from vnd_core.bundle import bundle_to_bytes
 
     last = {"stage": "", "sent_s": 0.0}
@@ -149,7 +154,8 @@ def run_update(learner: Any, channel: Channel, inbox: queue.Queue, held: list[Fr
             else:
                 held.append(frame)
 
-    result = learner.update(progress=progress, poll=poll)
+    job = learner.improve if improve else learner.update
+    result = job(progress=progress, poll=poll)
     accepted = bool(result.accepted) and result.bundle is not None
     bundle_bytes = bundle_to_bytes(result.bundle) if accepted else None
     channel.send("result", **_result_frame(result, bundle_bytes))
@@ -169,10 +175,15 @@ def serve(learner: Any, channel: Channel, inbox: queue.Queue) -> int:
                 return 0
             if frame.kind == "ticks":
                 _ingest(learner, frame)
-        if not learner.should_update(time.monotonic()):
+        # A model update first; between model updates, policy improvement rounds.
+        if learner.should_update(time.monotonic()):
+            improve = False
+        elif learner.should_improve():
+            improve = True
+        else:
             continue
         try:
-            run_update(learner, channel, inbox, held)
+            run_update(learner, channel, inbox, held, improve)
             failures = 0
         except Exception as err:  # a failed update is reported; repeated failures end the worker
             failures += 1

@@ -127,14 +127,15 @@ class LearnerHealth:
     state: int  # LearnerStatus STATE_*
     ticks_stored: int  # transitions in the replay store
     latest_version: int  # newest bundle version published (0 = none)
-    updates_accepted: int  # candidate bundles that passed validation
-    updates_rejected: int  # candidate bundles refused by validation
+    updates_accepted: int  # model updates whose candidate passed validation
+    updates_rejected: int  # model updates whose candidate was refused by validation
     last_update_duration_s: float  # wall time of the last update cycle [s]
     message: str  # human-readable detail
     stamp_ns: int  # time of the report [ns]
     bundles_refused: int = 0  # published bundles a flight node refused [count]
     latest_refused: bool = False  # a flight node refused the newest published bundle
     refusal: str = ""  # newest refusal: '<node> refused v<N>: <reason>' ('' = none)
+    improvements_accepted: int = 0  # policy-only versions between model updates [count]
 
     @property
     def state_name(self) -> str:
@@ -156,6 +157,7 @@ class LearnerHealth:
             bundles_refused=int(getattr(msg, "bundles_refused", 0)),
             latest_refused=bool(getattr(msg, "latest_refused", False)),
             refusal=str(getattr(msg, "refusal", "")),
+            improvements_accepted=int(getattr(msg, "improvements_accepted", 0)),
         )
 
 

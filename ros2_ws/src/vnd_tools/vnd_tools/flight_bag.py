@@ -136,6 +136,7 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
                 "latest_version": int(msg.latest_version),
                 "updates_accepted": int(msg.updates_accepted),
                 "updates_rejected": int(msg.updates_rejected),
+                "improvements_accepted": int(getattr(msg, "improvements_accepted", 0)),
                 "last_update_duration_s": round(float(msg.last_update_duration_s), 2),
                 "message": str(msg.message),
             }

@@ -39,6 +39,7 @@ import torch
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError, content_id
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
+from vnd_core.learner.improvement import ImprovementBasis, ImprovementConfig, PolicyImprover
 from vnd_core.learner.novelty import (
     UnexplainedCounter,
     focus_weights,
@@ -81,7 +82,12 @@ UNEXPLAINED_RUN_TICKS = 50
 # progress(stage, fraction of the whole cycle done in [0, 1])
 UpdateProgress = Callable[[str, float], None]
 # Share of the cycle each stage is reported over (progress only, not a time budget).
-_STAGE_SPAN = {"fit": (0.0, 0.4), "train": (0.4, 0.9), "validate": (0.9, 1.0)}
+_STAGE_SPAN = {
+    "fit": (0.0, 0.4),
+    "train": (0.4, 0.9),
+    "improve": (0.0, 0.9),  # an improvement round: training, then the gates
+    "validate": (0.9, 1.0),
+}
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ class LearnerConfig:
     pool_fraction: float = 0.8  # other episodes whose z is a re-encoded replay latent
     residual_components: str = "translational"  # residual parts the policy trains against
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
+    # policy training between model updates (improvement.py)
+    improvement: ImprovementConfig = field(default_factory=ImprovementConfig)
     seed: int = 0  # seeds fit, training and eviction (each update offsets it by its version)
 
     def validate(self) -> None:
@@ -148,6 +156,7 @@ class LearnerConfig:
         self.model.validate()
         self.fit.validate()
         self.trainer.validate()
+        self.improvement.validate()
 
     @classmethod
     def quick(cls, **overrides) -> LearnerConfig:
@@ -200,6 +209,7 @@ class LearnerConfig:
                 learning_rate=3e-4,  # 1e-3 lost twice as much calm tracking for the same gain
             ),
             "validation": ValidationConfig(eval_rollouts=64, eval_ticks=100, hover_ticks=150),
+            "improvement": ImprovementConfig(enabled=True),
         }
         return cls(**{**base, **overrides})
 
@@ -216,6 +226,7 @@ class LearnerConfig:
                 learning_rate=1e-3,
             ),
             "validation": ValidationConfig(eval_rollouts=128, eval_ticks=150),
+            "improvement": ImprovementConfig(enabled=True, learning_rate=1e-3),
         }
         return cls(**{**base, **overrides})
 
@@ -232,7 +243,8 @@ class UpdateResult:
     validate_s: float  # wall time of the validation gates
     total_s: float  # wall time of the whole cycle
     metrics: dict  # losses, data counts, validation figures (JSON-able)
-    preempted: bool = False  # a refine abandoned for a new condition (not a rejection)
+    preempted: bool = False  # abandoned for a new condition (not a rejection)
+    kind: str = "model"  # "model": fit, train, validate; "policy": one improvement round
 
 
 class _PreemptedError(Exception):
@@ -281,6 +293,12 @@ class ContinualLearner:
         # (active version it started from, model) fitted by an update preempted after its fit
         self._carried_model: tuple[int, VNDModel] | None = None
         self._preempted_last = False  # the last update was preempted: the next one may not be
+        self.stored_total = 0  # ticks stored since the start (evictions do not lower it)
+        self.improvement_rounds = 0  # improvement rounds run
+        self.improvements_accepted = 0  # of which became a new version
+        self._basis: ImprovementBasis | None = None  # what improvement rounds train against
+        self._improver: PolicyImprover | None = None  # the candidate being trained further
+        self._stale_rounds = 0  # improvement rounds since the last new version or basis
         # Fault-injection seam: called on the trained candidate policy before validation.
         self.candidate_hook: Callable[[PolicyNet], None] | None = None
         # The first optimiser built in a process imports torch's compiler stack (seconds);
@@ -297,6 +315,7 @@ class ContinualLearner:
         """Continue from ``bundle`` (e.g. after an operator rollback)."""
         self._active = bundle
         self._carried_model = None  # fitted from the bundle left behind
+        self._basis, self._improver, self._stale_rounds = None, None, 0
 
     @property
     def ticks_stored(self) -> int:
@@ -316,6 +335,8 @@ class ContinualLearner:
             "informative_new_ticks": self._counts.get("prior", (0, model))[1],
             "rejected_ticks": dict(self.rejected_ticks),
             "last_eviction_ticks": eviction.evicted_ticks if eviction else 0,
+            "improvement_rounds": self.improvement_rounds,
+            "improvements_accepted": self.improvements_accepted,
         }
 
     # ------------------------------------------------------------------ data
@@ -330,6 +351,7 @@ class ContinualLearner:
         stored = self.replay.add(records.take(keep))
         self.rejected_ticks["duplicate"] += int(keep.sum()) - stored
         self.new_ticks += stored
+        self.stored_total += stored
         if self.replay.over_capacity:
             self.last_eviction = self.replay.evict(self._descriptors, self._min_run_ticks())
         return stored
@@ -463,6 +485,136 @@ class ContinualLearner:
 
         return check
 
+    # ------------------------------------------------------------------ policy improvement
+    def should_improve(self) -> bool:
+        """True when an improvement round may run now: improvement on, a model to train
+        against, enough data, and fewer than ``patience_rounds`` rounds without a new version
+        since the basis last changed (or the replay has grown enough for a new one). Ask
+        :meth:`should_update` first: a model update always goes before a round."""
+        c = self.config
+        if not c.improvement.enabled or self._active.model is None:
+            return False
+        if self._window_count() < c.min_windows:
+            return False
+        return self._stale_rounds < c.improvement.patience_rounds or self._basis_outdated()
+
+    def improve(
+        self, progress: UpdateProgress | None = None, poll: Callable[[], None] | None = None
+    ) -> UpdateResult:
+        """One improvement round (:mod:`improvement`): train the candidate further, run the
+        gates, and emit version ``active.version + 1`` (same model, ``kind="policy"``) when it
+        passes them and beats the active policy by ``min_gain_frac``. ``poll`` as in
+        :meth:`update`: a new condition the active model does not explain preempts the round."""
+        start = time.perf_counter()
+        report = _Progress(progress)
+        if poll is not None:
+            report.preempt_when = self._preempt_check(report, poll, "active", self._active.model)
+        try:
+            return self._improve_round(report)
+        except _PreemptedError:
+            elapsed = time.perf_counter() - start
+            judge, count = report.preempted_by
+            reason = (
+                f"policy improvement preempted after {elapsed:.1f} s: {count} new ticks the "
+                f"{judge} model does not explain"
+            )
+            return UpdateResult(
+                False, None, reason, 0.0, 0.0, 0.0, elapsed, {}, preempted=True, kind="policy"
+            )
+
+    def _basis_outdated(self) -> bool:
+        """The basis is missing, of another model, or older than ``min_new_ticks`` of flight."""
+        basis = self._basis
+        return (
+            basis is None
+            or basis.model is not self._active.model
+            or self.stored_total - basis.stored_total >= self.config.min_new_ticks
+        )
+
+    def _improver_now(self) -> PolicyImprover | None:
+        """The improver of the current basis (a new basis and candidate when it changed)."""
+        c = self.config
+        if self._basis_outdated():
+            model = self._active.model
+            self._basis = ImprovementBasis.of_replay(
+                model, self._dataset(model.prior), self.stored_total
+            )
+            self._improver, self._stale_rounds = None, 0
+        if self._basis is None:
+            return None
+        if self._improver is None:
+            version = self._active.version
+            self._improver = PolicyImprover(
+                self._active.policy,
+                self._basis,
+                self.vehicle,
+                dataclasses.replace(c.trainer, seed=c.trainer.seed + c.seed + 7919 * version),
+                c.improvement,
+                anchor_fraction=c.anchor_fraction,
+                pool_fraction=c.pool_fraction,
+                components=c.residual_components,
+            )
+        return self._improver
+
+    def _improve_round(self, report: _Progress) -> UpdateResult:
+        """The body of :meth:`improve` (``report`` may raise :class:`_PreemptedError`)."""
+        start, cpu_start = time.perf_counter(), time.process_time()
+        active, c = self._active, self.config
+        metrics: dict = {"kind": "policy", "version": active.version + 1}
+        report("improve", 0.0)
+        improver = self._improver_now()
+        if improver is None:
+            elapsed = time.perf_counter() - start
+            reason = "no policy improvement: the replay holds no complete context window"
+            return UpdateResult(False, None, reason, 0.0, 0.0, 0.0, elapsed, metrics, kind="policy")
+        summary = improver.train_round(progress=lambda i, n, _: report("improve", i / n))
+        self.improvement_rounds += 1
+        metrics["train"] = {
+            "round": improver.rounds,
+            **{k: summary[k] for k in ("iterations", "first_loss", "final_loss")},
+        }
+        train_s = time.perf_counter() - start
+        report("validate", 0.0)
+        basis, candidate = improver.basis, improver.snapshot()
+        dynamics = anchored_dynamics(
+            basis.model, basis.bound, c.residual_components, trust_region=basis.region
+        )
+        reason, checks = self._validate(candidate, dynamics, basis.model, basis.dataset)
+        metrics["validation"] = checks
+        if reason is None:
+            reason = _no_gain(checks["cost_m"], c.improvement.min_gain_frac)
+        elif not reason.startswith("cost on learned-model rollouts"):
+            self._improver = None  # a gate beyond cost failed: start again from the active policy
+        validate_s = time.perf_counter() - start - train_s
+        total_s = time.perf_counter() - start
+        metrics["timing_s"] = {
+            "train": round(train_s, 3),
+            "validate": round(validate_s, 3),
+            "total": round(total_s, 3),
+            "cpu_total": round(time.process_time() - cpu_start, 3),
+        }
+        report("validate", 1.0)
+        if reason is not None:
+            self._stale_rounds += 1
+            return UpdateResult(
+                False, None, reason, 0.0, train_s, validate_s, total_s, metrics, kind="policy"
+            )
+        bundle = Bundle(
+            version=active.version + 1,
+            parent_version=active.version,
+            policy=candidate,
+            vehicle=self.vehicle,
+            model=basis.model,
+            summary=_json_safe(metrics),
+            parent_sha256=content_id(active),
+            lineage=self.lineage,
+        )
+        self._active, self._stale_rounds = bundle, 0
+        self.improvements_accepted += 1
+        return UpdateResult(
+            True, bundle, "", 0.0, train_s, validate_s, total_s, metrics, kind="policy"
+        )
+
     def _cycle(
         self, report: _Progress, poll: Callable[[], None] | None, may_preempt: bool
     ) -> UpdateResult:
@@ -580,6 +732,18 @@ class ContinualLearner:
             lineage=self.lineage,
         )
         self._active = bundle
+        self._basis = ImprovementBasis(
+            model=model,
+            dataset=dataset,
+            bound=bound,
+            region=region,
+            latent_pool=fit.latents.z if fit.latents is not None else None,
+            pool_weights=(
+                focus_weights(unexplained, c.focus_fraction) if fit.latents is not None else None
+            ),
+            stored_total=self.stored_total,
+        )
+        self._improver, self._stale_rounds = None, 0
         return UpdateResult(True, bundle, "", fit_s, train_s, validate_s, total_s, metrics)
 
     # ------------------------------------------------------------------ internals
@@ -800,6 +964,19 @@ def _long_runs(flags: np.ndarray, min_run: int) -> np.ndarray:
             kept[start] += 1
             kept[stop] -= 1
     return np.cumsum(kept)[:-1] > 0
+
+
+def _no_gain(cost_m: dict, min_gain_frac: float) -> str | None:
+    """Why an improvement candidate is not a new version (None: it beats the active policy's
+    learned-model cost ``cost_m`` by at least ``min_gain_frac``)."""
+    needed = cost_m["active"] * (1.0 - min_gain_frac)
+    if cost_m["candidate"] < needed:
+        return None
+    return (
+        f"no policy improvement: cost on learned-model rollouts {cost_m['candidate']:.4f} m "
+        f"against the active policy's {cost_m['active']:.4f} m (a new version needs "
+        f"< {needed:.4f} m)"
+    )
 
 
 def _json_safe(value):

@@ -70,21 +70,52 @@ def train_policy_on_model(
     the model's. The model is frozen (``frozen_dynamics``). Returns the trainer's JSON-able
     summary (iterations, wall time, first and final loss, final position error).
     """
+    policy.train()
+    trainer = on_model_trainer(
+        policy,
+        model,
+        vehicle,
+        config,
+        anchor_fraction=anchor_fraction,
+        residual_bound=residual_bound,
+        latent_pool=latent_pool,
+        pool_fraction=pool_fraction,
+        pool_weights=pool_weights,
+        components=components,
+        trust_region=trust_region,
+    )
+    summary = trainer.train(progress=progress)
+    policy.eval()
+    return summary
+
+
+def on_model_trainer(
+    policy: PolicyNet,
+    model: VNDModel,
+    vehicle: VehicleParams,
+    config: TrainerConfig,
+    *,
+    anchor_fraction: float,
+    residual_bound: torch.Tensor | None,
+    latent_pool: torch.Tensor | None,
+    pool_fraction: float,
+    pool_weights: torch.Tensor | None,
+    components: str,
+    trust_region: TrustRegion,
+) -> PolicyTrainer:
+    """The trainer :func:`train_policy_on_model` runs (arguments as there), for callers that
+    train ``policy`` in several calls with one optimiser state."""
     if policy.latent_dim != model.latent_dim:
         raise ValueError(
             f"policy latent size {policy.latent_dim} differs from the model's {model.latent_dim}"
         )
     if not 0.0 <= anchor_fraction < 1.0:
         raise ValueError(f"anchor_fraction must be within [0, 1), got {anchor_fraction}")
-    policy.train()
     dynamics = anchored_dynamics(model, residual_bound, components, trust_region=trust_region)
     sampler = anchored_latent(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
-    trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
-    summary = trainer.train(progress=progress)
-    policy.eval()
-    return summary
+    return PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
 
 
 def residual_bound(dataset: TransitionDataset) -> torch.Tensor:
@@ -190,18 +221,26 @@ def anchored_dynamics(
     mask = torch.tensor(COMPONENT_MASKS[check_components(components)])
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
 
+    def bind_latent(z: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The dynamics under latents ``z`` (B, nz): their FiLM terms and anchors computed once
+        (the policy trainer binds an episode's z once per window)."""
+        modulation = model.residual.modulation(z)
+        anchored = (z == 0).all(dim=-1, keepdim=True) if prior_at_zero else None  # (B, 1)
+
+        def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+            prior_next = model.prior(state, action)
+            inputs = dynamics_input(state, action)  # once, for both the residual and its trust
+            residual = model.residual(inputs, modulation=modulation)
+            if residual_bound is not None:
+                residual = residual.clamp(-residual_bound, residual_bound)
+            residual = residual * (trust_region.weight(inputs) * mask)
+            corrected = compose(prior_next, residual, components)  # forces only: rotation kept
+            return corrected if anchored is None else torch.where(anchored, prior_next, corrected)
+
+        return step
+
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        prior_next = model.prior(state, action)
-        inputs = dynamics_input(state, action)  # once, for both the residual and its trust
-        residual = model.residual(inputs, z)
-        if residual_bound is not None:
-            residual = torch.maximum(torch.minimum(residual, residual_bound), -residual_bound)
-        residual = residual * trust_region.weight(inputs) * mask
-        corrected = compose(prior_next, residual, components)  # forces only: rotation kept
-        if not prior_at_zero:
-            return corrected
-        anchored = (z == 0).all(dim=-1, keepdim=True)  # (B, 1)
-        return torch.where(anchored, prior_next, corrected)
+        return bind_latent(z)(state, action)
 
+    dynamics.bind_latent = bind_latent
     return dynamics
-

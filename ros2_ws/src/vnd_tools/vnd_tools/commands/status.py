@@ -236,8 +236,8 @@ def format_table(snapshot: StatusView, now_ns: int) -> str:
         lines.append(
             f"learner: {learner.state_name}, {learner.ticks_stored} ticks stored, latest version "
             f"{learner.latest_version}, updates {learner.updates_accepted} accepted / "
-            f"{learner.updates_rejected} rejected, last update {learner.last_update_duration_s:.1f}"
-            f" s"
+            f"{learner.updates_rejected} rejected, policy improvements "
+            f"{learner.improvements_accepted}, last update {learner.last_update_duration_s:.1f} s"
             + (f" ({learner.message})" if learner.message else "")
             + stale_text(snapshot.learner_report_ns or learner.stamp_ns, now_ns)
         )
