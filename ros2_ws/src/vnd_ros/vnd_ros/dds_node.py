@@ -1,54 +1,34 @@
 """The dds backend: an rclpy-compatible Node subset on Eclipse Cyclone DDS.
 
 One DDS participant per process (per :class:`Context`), shared by every node of the process, as
-rmw does. An executor owns a Cyclone WaitSet holding one ReadCondition per subscription plus a
-GuardCondition that shutdown triggers; it sleeps in the WaitSet until data arrives or the next
-timer is due (monotonic deadlines), then runs the ready callbacks one after the other on the
-spinning thread, like rclpy's SingleThreadedExecutor: callbacks never run concurrently.
+rmw does. The parts live by role, and this module names them all (import from here):
 
-Signals: ``init()`` installs SIGINT and SIGTERM handlers. SIGINT raises KeyboardInterrupt in the
-main thread, as Python does by default (rclpy behaves the same); SIGTERM requests shutdown so
-``spin()`` returns. ``shutdown()`` deletes the participant, so peers see the node leave at once
-instead of after a 10 s lease, and an atexit hook does it for programs that forget.
+- :mod:`vnd_ros.dds_context`: the Context and ``init`` / ``ok`` / ``shutdown`` / ``try_shutdown``
+  (signal handlers, the atexit hook);
+- :mod:`vnd_ros.dds_endpoints`: Publisher, Subscription, Timer and the ``/rosout`` writer;
+- :mod:`vnd_ros.dds_executor`: the SingleThreadedExecutor and ``spin`` / ``spin_once``;
+- here: the :class:`Node` (names and remapping, entities, parameters).
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from cyclonedds.core import (
-    DDSException,
-    Entity,
-    GuardCondition,
-    InstanceState,
-    ReadCondition,
-    SampleState,
-    ViewState,
-    WaitSet,
-)
-from cyclonedds.domain import DomainParticipant
-from cyclonedds.pub import DataWriter
-from cyclonedds.qos import Policy, Qos
-from cyclonedds.sub import DataReader
-from cyclonedds.topic import Topic
-
 from vnd_ros import log
-from vnd_ros.backend import ros_distro
-from vnd_ros.clock import NS_PER_S, Clock
-from vnd_ros.cyclone_compat import delete_entity, forget_entity, take_cdr, write_cdr
-from vnd_ros.names import (
-    dds_topic_name,
-    fully_qualified_name,
-    normalize_namespace,
-    validate_node_name,
+from vnd_ros.clock import Clock
+from vnd_ros.dds_context import (
+    Context,
+    NotInitializedError,
+    get_default_context,
+    init,
+    ok,
+    shutdown,
+    try_shutdown,
 )
+from vnd_ros.dds_endpoints import Publisher, RosoutPublisher, Subscription, Timer
+from vnd_ros.dds_executor import SingleThreadedExecutor, get_global_executor, spin, spin_once
+from vnd_ros.names import fully_qualified_name, normalize_namespace, validate_node_name
 from vnd_ros.parameter import (
     InvalidParameterTypeException,
     Parameter,
@@ -58,363 +38,25 @@ from vnd_ros.parameter import (
     ParameterType,
     parameter_type_of,
 )
-from vnd_ros.ros_args import ParamOverride, RosArgs, parse_ros_args
+from vnd_ros.ros_args import ParamOverride
 
-# Longest single WaitSet sleep: Python runs signal handlers only between bytecodes, so a Ctrl-C
-# waits at most this long to be seen by a thread blocked in the C wait.
-MAX_WAIT_NS = 100_000_000
-# Samples taken from one reader per call; more stay queued for the next pass of the executor.
-TAKE_BATCH = 64
-_ANY_STATE = SampleState.Any | ViewState.Any | InstanceState.Any
-
-
-class NotInitializedError(RuntimeError):
-    """A node or an executor was used before ``init()`` or after ``shutdown()``."""
-
-
-class Context:
-    """Process-wide middleware state: parsed ROS arguments, the participant and its nodes."""
-
-    def __init__(self) -> None:
-        self.args = RosArgs()
-        self.participant: DomainParticipant | None = None
-        self.guard: GuardCondition | None = None
-        self.graph: Any = None  # vnd_ros.graph.DiscoveryInfoPublisher once initialised
-        self.nodes: list[Node] = []
-        self._topics: dict[tuple[str, str], Topic] = {}
-        self._shutdown_requested = False
-        self._lock = threading.RLock()
-        # held by an executor while it runs callbacks; shutdown waits for it to be released
-        self.spin_lock = threading.RLock()
-        self.atexit_registered = False
-
-    def init(self, args: Sequence[str] | None, domain_id: int | None) -> None:
-        """Parse ``args`` and create the participant (see :func:`init`)."""
-        with self._lock:
-            if self.participant is not None:
-                raise RuntimeError("init() must only be called once (call shutdown() first)")
-            self.args = parse_ros_args(list(args) if args is not None else [])
-            _apply_log_levels(self.args)
-            domain = int(os.environ.get("ROS_DOMAIN_ID", "0")) if domain_id is None else domain_id
-            # 'enclave=/;' makes ROS 2 tools treat the participant as a ROS participant.
-            self.participant = DomainParticipant(domain, qos=Qos(Policy.Userdata(b"enclave=/;")))
-            self.guard = GuardCondition(self.participant)
-            self._shutdown_requested = False
-            from vnd_ros.graph import DiscoveryInfoPublisher
-
-            self.graph = DiscoveryInfoPublisher(self.participant, ros_distro())
-
-    def ok(self) -> bool:
-        """True between ``init()`` and ``shutdown()`` (or a SIGTERM)."""
-        return self.participant is not None and not self._shutdown_requested
-
-    def request_shutdown(self) -> None:
-        """Make ``ok()`` false and wake every executor; safe from signal handlers and threads."""
-        self._shutdown_requested = True
-        guard = self.guard
-        if guard is not None:
-            guard.set(True)
-
-    def shutdown(self) -> None:
-        """Destroy all nodes and delete the participant (and with it every DDS entity)."""
-        with self._lock:
-            if self.participant is None:
-                raise RuntimeError("shutdown() called on a context that is not initialised")
-            self.request_shutdown()
-            acquired = self.spin_lock.acquire(timeout=2.0)  # let a running callback finish
-            try:
-                for node in list(self.nodes):
-                    node.destroy_node()
-                if self.graph is not None:
-                    self.graph.close()
-                for topic in self._topics.values():
-                    forget_entity(topic)
-                forget_entity(self.guard)
-                delete_entity(self.participant)
-            finally:
-                if acquired:
-                    self.spin_lock.release()
-            self.participant = None
-            self.guard = None
-            self.graph = None
-            self._topics.clear()
-
-    def topic(self, dds_name: str, msg_type: type) -> Topic:
-        """The (cached) DDS topic ``dds_name`` of ``msg_type``."""
-        key = (dds_name, msg_type.__idl_typename__)
-        with self._lock:
-            if key not in self._topics:
-                self._topics[key] = Topic(self._participant(), dds_name, msg_type)
-            return self._topics[key]
-
-    def _participant(self) -> DomainParticipant:
-        if self.participant is None:
-            raise NotInitializedError("call init() before creating nodes or entities")
-        return self.participant
-
-    def graph_changed(self) -> None:
-        """Republish ros_discovery_info after an entity was created or destroyed."""
-        if self.graph is not None:
-            self.graph.publish(self.nodes)
-
-
-def _apply_log_levels(args: RosArgs) -> None:
-    if args.log_level:
-        log.set_default_level(args.log_level)
-    for name, level in args.logger_levels.items():
-        log.set_logger_level(name, level)
-
-
-_default_context = Context()
-
-
-def get_default_context() -> Context:
-    """The process-wide context used when none is passed."""
-    return _default_context
-
-
-class Publisher:
-    """A DDS writer on one ROS topic (rclpy Publisher subset)."""
-
-    def __init__(
-        self, node: Node, msg_type: type, topic_name: str, qos: Any, extra_qos: Qos | None = None
-    ) -> None:
-        """``extra_qos``: Cyclone policies added to the profile's (the /rosout lifespan)."""
-        self.msg_type = msg_type
-        self.topic_name = topic_name
-        self._node = node
-        topic = node.context.topic(dds_topic_name(topic_name), msg_type)
-        writer_qos = _endpoint_qos(msg_type, qos)
-        if extra_qos is not None:
-            writer_qos = writer_qos + extra_qos
-        self._writer = DataWriter(node.context._participant(), topic, writer_qos)
-        self.gid = _gid_bytes(self._writer)
-
-    def publish(self, msg: Any) -> None:
-        """Send ``msg`` (an instance of the publisher's message class)."""
-        if not isinstance(msg, self.msg_type):
-            raise TypeError(
-                f"publisher on {self.topic_name} expects {self.msg_type.__name__}, "
-                f"got {type(msg).__name__}"
-            )
-        data = msg.serialize()  # compiled XCDR1 codec of vnd_ros._cdr (about 10x faster)
-        padded = data.ljust((len(data) + 3) & ~3, b"\0")  # Cyclone wants 4-byte multiples
-        ret = write_cdr(self._writer, padded)
-        if ret < 0:
-            raise DDSException(ret, f"while publishing on {self.topic_name}")
-
-    def get_subscription_count(self) -> int:
-        """Number of matched readers."""
-        return len(self._writer.get_matched_subscriptions())
-
-    def wait_for_acks(self, timeout_s: float) -> bool:
-        """Block until every reliable reader acknowledged what was written (True) or timeout."""
-        return self._writer.wait_for_acks(int(timeout_s * NS_PER_S))
-
-    def destroy(self) -> None:
-        """Delete the writer."""
-        self._node.destroy_publisher(self)
-
-    def _delete(self) -> None:
-        delete_entity(self._writer)
-
-
-class Subscription:
-    """A DDS reader on one ROS topic and its callback (rclpy Subscription subset).
-
-    A sample that does not deserialise as ``msg_type`` is dropped and counted in
-    ``malformed_count``; the node keeps running. With ``raw`` the callback gets the sample's
-    serialized bytes (CDR with its encapsulation header, as on the wire), as rclpy's ``raw``.
-    """
-
-    def __init__(
-        self,
-        node: Node,
-        msg_type: type,
-        topic_name: str,
-        callback: Callable,
-        qos: Any,
-        raw: bool = False,
-    ) -> None:
-        self.msg_type = msg_type
-        self.topic_name = topic_name
-        self.callback = callback
-        self.malformed_count = 0
-        self._node = node
-        topic = node.context.topic(dds_topic_name(topic_name), msg_type)
-        self._reader = DataReader(node.context._participant(), topic, _endpoint_qos(msg_type, qos))
-        self.condition = ReadCondition(self._reader, _ANY_STATE)
-        self.gid = _gid_bytes(self._reader)
-        # compiled XCDR1 codec of vnd_ros._cdr, or the bytes as they came
-        self._deserialize = bytes if raw else msg_type.deserialize
-        self.alive = True  # False once deleted (a callback may destroy a subscription)
-
-    def take_messages(self) -> list[Any]:
-        """Up to TAKE_BATCH received messages, oldest first; malformed ones counted, dropped."""
-        samples = take_cdr(self._reader, _ANY_STATE, TAKE_BATCH)
-        if isinstance(samples, int):
-            raise DDSException(samples, f"while taking from {self.topic_name}")
-        messages = []
-        for data, info in samples:
-            if not info.valid_data:  # dispose/unregister notifications carry no message
-                continue
-            try:
-                messages.append(self._deserialize(data))
-            except Exception as err:  # any decode failure: count it and keep the node alive
-                self.malformed_count += 1
-                self._node.get_logger().warning(
-                    f"dropped malformed sample on {self.topic_name} "
-                    f"({self.malformed_count} so far): {type(err).__name__}: {err}",
-                    throttle_duration_sec=1.0,
-                )
-        return messages
-
-    def get_publisher_count(self) -> int:
-        """Number of matched writers."""
-        return len(self._reader.get_matched_publications())
-
-    def destroy(self) -> None:
-        """Delete the reader."""
-        self._node.destroy_subscription(self)
-
-    def _delete(self) -> None:
-        self.alive = False
-        delete_entity(self.condition)
-        delete_entity(self._reader)
-
-
-class Timer:
-    """A periodic callback on monotonic deadlines (rclpy Timer subset).
-
-    Deadlines advance by exactly one period per call, so there is no drift; after an overrun
-    the missed periods are skipped (as rcl does) rather than fired in a burst.
-    """
-
-    def __init__(self, node: Node, period_s: float, callback: Callable[[], Any]) -> None:
-        if period_s <= 0:
-            raise ValueError(f"timer period must be positive, got {period_s} s")
-        self.timer_period_ns = round(period_s * NS_PER_S)
-        self.callback = callback
-        self._node = node
-        self._canceled = False
-        self.next_deadline_ns = time.monotonic_ns() + self.timer_period_ns
-
-    def is_ready(self, now_ns: int) -> bool:
-        """True when the timer is due at monotonic time ``now_ns``."""
-        return not self._canceled and now_ns >= self.next_deadline_ns
-
-    def advance(self, now_ns: int) -> None:
-        """Move the deadline one period on, skipping periods already missed at ``now_ns``."""
-        self.next_deadline_ns += self.timer_period_ns
-        if self.next_deadline_ns <= now_ns:
-            missed = (now_ns - self.next_deadline_ns) // self.timer_period_ns + 1
-            self.next_deadline_ns += missed * self.timer_period_ns
-
-    def time_until_next_call(self) -> int | None:
-        """Nanoseconds until the next call (negative when late); None when cancelled."""
-        return None if self._canceled else self.next_deadline_ns - time.monotonic_ns()
-
-    def cancel(self) -> None:
-        """Stop calling the callback until :meth:`reset`."""
-        self._canceled = True
-
-    def is_canceled(self) -> bool:
-        """True after :meth:`cancel`."""
-        return self._canceled
-
-    def reset(self) -> None:
-        """Restart the period from now (and undo a cancel)."""
-        self._canceled = False
-        self.next_deadline_ns = time.monotonic_ns() + self.timer_period_ns
-
-    def destroy(self) -> None:
-        """Remove the timer from its node."""
-        self._node.destroy_timer(self)
-
-
-def _endpoint_qos(msg_type: type, qos: Any) -> Qos:
-    """Cyclone QoS of a profile (or a depth) plus the Jazzy ``typehash=`` user data."""
-    from vnd_ros import messages
-    from vnd_ros.qos import to_cyclone_qos
-
-    cyclone_qos = to_cyclone_qos(qos)
-    if ros_distro() == "humble":  # Humble's rmw does not announce type hashes
-        return cyclone_qos
-    type_hash = messages.type_hash(msg_type.__msgtype__)
-    return cyclone_qos + Qos(Policy.Userdata(f"typehash={type_hash};".encode()))
-
-
-def _gid_bytes(entity: Entity) -> bytes:
-    """16-byte DDS GUID of ``entity`` (what rmw_cyclonedds reports as the endpoint GID)."""
-    return entity.get_guid().bytes
-
-
-ROSOUT_TOPIC = "/rosout"
-# rcl's rcl_qos_profile_rosout_default (rcl/logging_rosout.h): reliable, transient local,
-# keep last 1000, lifespan 10 s -- what `ros2 topic echo /rosout` and rqt_console expect.
-ROSOUT_DEPTH = 1000
-ROSOUT_LIFESPAN_S = 10.0
-ROSOUT_DROP_REPORT_PERIOD_S = 10.0  # at most one stderr line per period about dropped lines
-
-
-class _RosoutPublisher:
-    """A node's ``/rosout`` writer: its logger's lines as rcl_interfaces/msg/Log, as rcl's
-    rosout output handler publishes them for rclpy nodes."""
-
-    def __init__(self, node: Node, logger_name: str) -> None:
-        from cyclonedds.util import duration
-
-        from vnd_ros import messages
-        from vnd_ros.qos import DurabilityPolicy, QoSProfile
-
-        self._log_cls = messages.get_message("rcl_interfaces/msg/Log")
-        profile = QoSProfile(durability=DurabilityPolicy.TRANSIENT_LOCAL, depth=ROSOUT_DEPTH)
-        # Never block the logging caller (a control tick that logs a late tick): a write a
-        # slow /rosout reader would hold up fails at once instead; the line is on stderr.
-        extra = Qos(
-            Policy.Lifespan(duration(seconds=ROSOUT_LIFESPAN_S)),
-            Policy.Reliability.Reliable(max_blocking_time=0),
-        )
-        self._publisher: Publisher | None = Publisher(
-            node, self._log_cls, ROSOUT_TOPIC, profile, extra_qos=extra
-        )
-        self._dropped = 0  # lines /rosout could not take
-        self._dropped_reported_s = -float("inf")
-        node.publishers.append(self._publisher)
-        self._node = node
-        self._logger_name = logger_name
-        log.add_rosout_sink(logger_name, self.publish)
-
-    def publish(self, record: log.LogRecord) -> None:
-        """Send one log line (called by the logger after it printed the line)."""
-        publisher = self._publisher
-        if publisher is None:
-            return
-        msg = self._log_cls(
-            level=record.level,
-            name=record.name,
-            msg=record.msg,
-            file=record.file,
-            function=record.function,
-            line=record.line,
-        )
-        msg.stamp.sec, msg.stamp.nanosec = divmod(record.stamp_ns, NS_PER_S)
-        try:
-            publisher.publish(msg)
-        except DDSException as err:  # the line is on stderr already; say why rosout lacks it
-            self._dropped += 1
-            now_s = time.monotonic()
-            if now_s - self._dropped_reported_s >= ROSOUT_DROP_REPORT_PERIOD_S:
-                self._dropped_reported_s = now_s
-                sys.stderr.write(
-                    f"[WARN] [{record.name}]: /rosout did not take {self._dropped} line(s) "
-                    f"so far (a reader is behind): {err}\n"
-                )
-
-    def close(self) -> None:
-        """Stop forwarding; the writer goes with the node's other publishers."""
-        log.remove_rosout_sink(self._logger_name, self.publish)
-        self._publisher = None
+__all__ = [
+    "Context",
+    "Node",
+    "NotInitializedError",
+    "Publisher",
+    "SingleThreadedExecutor",
+    "Subscription",
+    "Timer",
+    "get_default_context",
+    "get_global_executor",
+    "init",
+    "ok",
+    "shutdown",
+    "spin",
+    "spin_once",
+    "try_shutdown",
+]
 
 
 class Node:
@@ -429,7 +71,7 @@ class Node:
     def __init__(
         self, node_name: str, *, context: Context | None = None, namespace: str | None = None
     ) -> None:
-        self.context = context or _default_context
+        self.context = context or get_default_context()
         if not self.context.ok():
             raise NotInitializedError(f"node '{node_name}': call init() before creating nodes")
         args = self.context.args
@@ -445,7 +87,7 @@ class Node:
         logger_name = self.get_fully_qualified_name().lstrip("/").replace("/", ".")
         self._logger = log.Logger(logger_name)
         self._clock = Clock()
-        self._rosout = _RosoutPublisher(self, logger_name) if args.rosout_logs else None
+        self._rosout = RosoutPublisher(self, logger_name) if args.rosout_logs else None
         if self.declare_parameter("use_sim_time", False).value:
             self._logger.warning("use_sim_time is not supported by the dds backend: wall time")
         self.context.nodes.append(self)
@@ -631,202 +273,3 @@ def _coerce(
         f"parameter '{name}' from {source}: expected {declared.name[10:].lower()}, "
         f"got {actual.name[10:].lower()} {value!r}"
     )
-
-
-class SingleThreadedExecutor:
-    """Runs the callbacks of its nodes one at a time on the calling thread."""
-
-    def __init__(self, *, context: Context | None = None) -> None:
-        self.context = context or _default_context
-        self._nodes: list[Node] = []
-        self._waitset: WaitSet | None = None
-        self._attached: dict[int, tuple[Node, int]] = {}
-
-    def add_node(self, node: Node) -> bool:
-        """Spin ``node`` too; False when it was already added."""
-        if node in self._nodes:
-            return False
-        self._nodes.append(node)
-        return True
-
-    def remove_node(self, node: Node) -> None:
-        """Stop spinning ``node``."""
-        if node in self._nodes:
-            self._nodes.remove(node)
-
-    def get_nodes(self) -> list[Node]:
-        """Nodes this executor spins."""
-        return list(self._nodes)
-
-    def spin(self) -> None:
-        """Run callbacks until shutdown (returns) or Ctrl-C (KeyboardInterrupt)."""
-        while self.context.ok():
-            self.spin_once()
-
-    def spin_once(self, timeout_sec: float | None = None) -> None:
-        """Wait up to ``timeout_sec`` (forever when None) for work, then run what is ready."""
-        if not self.context.ok():
-            raise NotInitializedError("spin on a context that is shut down")
-        end_ns = None if timeout_sec is None else time.monotonic_ns() + int(timeout_sec * 1e9)
-        while True:
-            with self.context.spin_lock:
-                if not self.context.ok():
-                    return
-                if self._run_ready():
-                    return
-                waitset = self._sync_waitset()
-                wait_ns = self._wait_ns(end_ns)
-                if wait_ns is None:
-                    return
-                try:
-                    waitset.wait(wait_ns)
-                except DDSException:
-                    if self.context.ok():
-                        raise
-                    return
-
-    def shutdown(self) -> None:
-        """Forget the nodes and release the WaitSet."""
-        self._nodes.clear()
-        delete_entity(self._waitset)
-        self._waitset = None
-
-    def _wait_ns(self, end_ns: int | None) -> int | None:
-        """Sleep length until the next timer, the spin_once timeout or MAX_WAIT_NS."""
-        now_ns = time.monotonic_ns()
-        wait_ns = MAX_WAIT_NS
-        for node in self._nodes:
-            for timer in node.timers:
-                if not timer._canceled:
-                    wait_ns = min(wait_ns, timer.next_deadline_ns - now_ns)
-        if end_ns is not None:
-            if now_ns >= end_ns:
-                return None
-            wait_ns = min(wait_ns, end_ns - now_ns)
-        return max(wait_ns, 0)
-
-    def _sync_waitset(self) -> WaitSet:
-        """Attach the guard and every subscription's ReadCondition (re-sync on changes)."""
-        participant = self.context._participant()
-        key = {id(node): (node, node.generation) for node in self._nodes}
-        key[id(participant)] = (participant, 0)
-        if self._waitset is not None and key == self._attached:
-            return self._waitset
-        if self._waitset is not None and self._attached.get(id(participant)):
-            delete_entity(self._waitset)
-        else:  # its participant is gone and took the WaitSet with it
-            forget_entity(self._waitset)
-        waitset = WaitSet(participant)
-        waitset.attach(self.context.guard)
-        for node in self._nodes:
-            for sub in node.subscriptions:
-                waitset.attach(sub.condition)
-        self._waitset, self._attached = waitset, key
-        return waitset
-
-    def _run_ready(self) -> bool:
-        """Run due timers, then pending messages; True when any callback ran."""
-        ran = False
-        now_ns = time.monotonic_ns()
-        for node in list(self._nodes):
-            for timer in list(node.timers):
-                if timer.is_ready(now_ns):
-                    timer.advance(now_ns)
-                    timer.callback()
-                    ran = True
-        for node in list(self._nodes):
-            for sub in list(node.subscriptions):
-                if not sub.alive or not sub.condition.is_triggered():
-                    continue
-                for msg in sub.take_messages():
-                    sub.callback(msg)
-                    ran = True
-        return ran
-
-
-_global_executor: SingleThreadedExecutor | None = None
-
-
-def get_global_executor() -> SingleThreadedExecutor:
-    """The executor used by :func:`spin` and :func:`spin_once`."""
-    global _global_executor
-    if _global_executor is None or _global_executor.context is not _default_context:
-        _global_executor = SingleThreadedExecutor()
-    return _global_executor
-
-
-def init(
-    *,
-    args: Sequence[str] | None = None,
-    context: Context | None = None,
-    domain_id: int | None = None,
-    signal_handlers: bool = True,
-) -> None:
-    """Start the middleware: parse ``args`` (``--ros-args`` ...), create the participant.
-
-    Installs SIGINT/SIGTERM handlers when called from the main thread and an atexit hook that
-    deletes the participant.
-    """
-    ctx = context or _default_context
-    ctx.init(args, domain_id)
-    if signal_handlers and threading.current_thread() is threading.main_thread():
-        _install_signal_handlers(ctx)
-    if not ctx.atexit_registered:
-        atexit.register(_shutdown_at_exit, ctx)
-        ctx.atexit_registered = True
-
-
-def _shutdown_at_exit(ctx: Context) -> None:
-    if ctx.participant is not None:
-        ctx.shutdown()
-
-
-def _install_signal_handlers(ctx: Context) -> None:
-    def on_sigint(signum: int, frame: Any) -> None:
-        ctx.request_shutdown()
-        raise KeyboardInterrupt
-
-    def on_sigterm(signum: int, frame: Any) -> None:
-        ctx.request_shutdown()
-
-    signal.signal(signal.SIGINT, on_sigint)
-    signal.signal(signal.SIGTERM, on_sigterm)
-
-
-def ok(*, context: Context | None = None) -> bool:
-    """True between init() and shutdown()."""
-    return (context or _default_context).ok()
-
-
-def shutdown(*, context: Context | None = None) -> None:
-    """Destroy all nodes and delete the participant; RuntimeError when not initialised."""
-    (context or _default_context).shutdown()
-
-
-def try_shutdown(*, context: Context | None = None) -> None:
-    """:func:`shutdown` when still initialised, else nothing."""
-    ctx = context or _default_context
-    if ctx.participant is not None:
-        ctx.shutdown()
-
-
-def spin(node: Node, executor: SingleThreadedExecutor | None = None) -> None:
-    """Run ``node``'s callbacks until shutdown; Ctrl-C raises KeyboardInterrupt."""
-    executor = executor or get_global_executor()
-    executor.add_node(node)
-    try:
-        executor.spin()
-    finally:
-        executor.remove_node(node)
-
-
-def spin_once(
-    node: Node, *, executor: SingleThreadedExecutor | None = None, timeout_sec: float | None = None
-) -> None:
-    """Run the callbacks that are ready, waiting up to ``timeout_sec`` for one."""
-    executor = executor or get_global_executor()
-    executor.add_node(node)
-    try:
-        executor.spin_once(timeout_sec)
-    finally:
-        executor.remove_node(node)
