@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from vnd_core.bundle import Bundle
 from vnd_core.dynamics import NominalModel
 from vnd_core.plant_parts import ROTOR_COUNT, allocation_matrix
 from vnd_core.policy import ObservationBuilder, PolicyNet
@@ -53,6 +55,11 @@ DISTURBANCE_DIM = 8
 # roll torque per thrust [m], pitch torque per thrust [m].
 DISTURBANCE_SCALE = (3.0, 3.0, 1.0, 0.2, 0.5, 0.1, 0.005, 0.005)
 WIND, MASS, DRAG, LOSS, TORQUE = slice(0, 3), 3, 4, 5, slice(6, 8)
+# The external-force family uses slots 0-2 for the force (world frame) and slot 3 for the mass
+# fraction; one normalised unit of force is this many newtons.
+FORCE_SCALE_N = 1.0
+FORCE = slice(0, 3)
+FAMILY_PLANT_DRAG, FAMILY_EXTERNAL_FORCE = "plant_drag", "external_force"
 
 
 @dataclass(frozen=True)
@@ -65,11 +72,49 @@ class RandomisationConfig:
     drag_scale_range: tuple[float, float] = (0.7, 1.5)  # drag coefficient scale
     damage_probability: float = 0.0  # chance an episode has one weakened rotor
     efficiency_min: float = 0.6  # remaining thrust fraction of a weakened rotor, >= this
+    family: str = FAMILY_PLANT_DRAG  # disturbance model: plant_drag or external_force
+    force_max_n: float = 1.0  # external_force: horizontal force magnitude, uniform in [0, this]
+    force_vertical_std_n: float = 0.1  # external_force: vertical force, normal
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first impossible field."""
+        if self.family not in (FAMILY_PLANT_DRAG, FAMILY_EXTERNAL_FORCE):
+            raise ValueError(
+                f"family must be {FAMILY_PLANT_DRAG!r} or {FAMILY_EXTERNAL_FORCE!r}, "
+                f"got {self.family!r}"
+            )
+        if self.family == FAMILY_EXTERNAL_FORCE and self.damage_probability > 0:
+            raise ValueError("the external_force family has no rotor damage")
+        if not self.force_max_n >= 0 or not self.force_vertical_std_n >= 0:
+            raise ValueError("force_max_n and force_vertical_std_n must be >= 0")
 
     @classmethod
     def domain_randomisation(cls) -> RandomisationConfig:
-        """Wind, mass and drag (the dr baseline)."""
+        """Wind, mass and drag through the plant's drag law (the matched dr baseline)."""
         return cls()
+
+    @classmethod
+    def mismatched(cls) -> RandomisationConfig:
+        """External force up to 1 N and mass -5..+25 % (the dr_mismatched baseline): no drag
+        law, and the strongest test wind (5 m/s, about 1.4 N) outside the force range."""
+        return cls(
+            family=FAMILY_EXTERNAL_FORCE,
+            mass_fraction_range=(-0.05, 0.25),
+            force_max_n=1.0,
+            force_vertical_std_n=0.1,
+        )
+
+    @classmethod
+    def observer_feedforward(cls) -> RandomisationConfig:
+        """External force up to 1.5 N horizontally (a fifth of the agile vehicle's weight),
+        vertical 0.5 N std, no mass change (the observer lumps a payload into the force): the
+        range of force inputs the dob policy learns to answer."""
+        return cls(
+            family=FAMILY_EXTERNAL_FORCE,
+            mass_fraction_range=(0.0, 0.0),
+            force_max_n=1.5,
+            force_vertical_std_n=0.5,
+        )
 
     @classmethod
     def oracle(cls) -> RandomisationConfig:
@@ -98,12 +143,22 @@ def actuator_terms(
 def sample_disturbance(
     batch: int, generator: torch.Generator, vehicle: VehicleParams, config: RandomisationConfig
 ) -> torch.Tensor:
-    """Normalised disturbance vectors (batch, 8) drawn from ``config``'s ranges."""
+    """Normalised disturbance vectors (batch, 8) drawn from ``config``'s ranges (the layout of
+    ``config.family``: see :class:`DisturbedPrior` and :class:`ExternalForcePrior`)."""
+    config.validate()
 
     def uniform(low: float, high: float, n: int = 1) -> torch.Tensor:
         return low + (high - low) * torch.rand(batch, n, generator=generator)
 
     raw = torch.zeros(batch, DISTURBANCE_DIM)
+    if config.family == FAMILY_EXTERNAL_FORCE:
+        magnitude = uniform(0.0, config.force_max_n)
+        heading = uniform(0.0, 2.0 * math.pi)
+        raw[:, 0:1], raw[:, 1:2] = magnitude * heading.cos(), magnitude * heading.sin()
+        raw[:, 2:3] = config.force_vertical_std_n * torch.randn(batch, 1, generator=generator)
+        raw[:, FORCE] = raw[:, FORCE] / FORCE_SCALE_N
+        raw[:, MASS] = uniform(*config.mass_fraction_range)[:, 0] / DISTURBANCE_SCALE[MASS]
+        return raw
     speed = uniform(0.0, config.wind_speed_max_mps)
     heading = uniform(0.0, 2.0 * math.pi)
     raw[:, 0:1], raw[:, 1:2] = speed * heading.cos(), speed * heading.sin()
@@ -161,6 +216,42 @@ class DisturbedPrior:
         return nxt + delta
 
 
+class ExternalForcePrior:
+    """``dynamics(state (B, 13), action (B, 4), z (B, 8)) -> next state (B, 13)``: the prior
+    plus a constant external force in the world frame and an extra mass, the disturbance model
+    of a practitioner who does not have the plant's drag law.
+
+    z layout (family ``external_force``): slots 0-2 the force in units of
+    :data:`FORCE_SCALE_N`, slot 3 the extra mass fraction in units of
+    ``DISTURBANCE_SCALE[3]``, the rest unused. The force does not depend on the vehicle's
+    velocity or attitude (no air-relative drag), unlike :class:`DisturbedPrior`'s wind.
+    """
+
+    def __init__(self, vehicle: VehicleParams):
+        self.vehicle = vehicle
+        self.prior = NominalModel(vehicle)
+        self.dt_s = self.prior.config.dt_s
+
+    def __call__(self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        mass_ratio = 1.0 + z[:, MASS : MASS + 1] * DISTURBANCE_SCALE[MASS]
+        nxt = self.prior(state, torch.cat([action[:, :1] / mass_ratio, action[:, 1:]], dim=1))
+        accel = z[:, FORCE] * FORCE_SCALE_N / (self.vehicle.mass_kg * mass_ratio)
+        dt = self.dt_s
+        zeros = torch.zeros_like(state[:, :4])
+        delta = torch.cat([0.5 * dt * dt * accel, zeros, dt * accel, zeros[:, :3]], dim=1)
+        return nxt + delta
+
+
+def disturbance_dynamics(
+    vehicle: VehicleParams, config: RandomisationConfig
+) -> DisturbedPrior | ExternalForcePrior:
+    """The training dynamics of ``config.family``."""
+    config.validate()
+    if config.family == FAMILY_EXTERNAL_FORCE:
+        return ExternalForcePrior(vehicle)
+    return DisturbedPrior(vehicle)
+
+
 class BlindLatentObservation:
     """An :class:`ObservationBuilder` that always writes z = 0 into the observation, so a policy
     trained with it never sees the disturbance the trainer's dynamics read from z."""
@@ -178,17 +269,16 @@ class BlindLatentObservation:
         )
 
 
-def train_randomised_policy(
+def randomised_trainer(
     policy: PolicyNet,
     vehicle: VehicleParams,
     trainer_config: TrainerConfig,
     randomisation: RandomisationConfig,
     sees_disturbance: bool,
-    progress=None,
-) -> dict:
-    """Train ``policy`` in place on :class:`DisturbedPrior` with disturbances drawn per episode
-    from ``randomisation``; ``sees_disturbance`` gives the policy the true vector as its z
-    (oracle) or zeros (domain randomisation). Returns the trainer's summary."""
+) -> PolicyTrainer:
+    """The trainer of :func:`train_randomised_policy`: ``policy`` on the dynamics of
+    ``randomisation.family`` (:func:`disturbance_dynamics`), a disturbance drawn per episode
+    from its ranges, shown to the policy as z or hidden (z = 0)."""
     if policy.latent_dim != DISTURBANCE_DIM:
         raise ValueError(
             f"the disturbance vector has {DISTURBANCE_DIM} entries, the policy's latent "
@@ -198,15 +288,61 @@ def train_randomised_policy(
     def sampler(batch: int, generator: torch.Generator) -> torch.Tensor:
         return sample_disturbance(batch, generator, vehicle, randomisation)
 
-    policy.train()
-    trainer = PolicyTrainer(policy, DisturbedPrior(vehicle), vehicle, trainer_config, sampler)
+    dynamics = disturbance_dynamics(vehicle, randomisation)
+    trainer = PolicyTrainer(policy, dynamics, vehicle, trainer_config, sampler)
     if not sees_disturbance:
         trainer.builder = BlindLatentObservation(trainer.builder)
+    return trainer
+
+
+def train_randomised_policy(
+    policy: PolicyNet,
+    vehicle: VehicleParams,
+    trainer_config: TrainerConfig,
+    randomisation: RandomisationConfig,
+    sees_disturbance: bool,
+    progress: Callable[[int, int, dict], None] | None = None,
+) -> dict:
+    """Train ``policy`` in place on the dynamics of ``randomisation.family`` with disturbances
+    drawn per episode from its ranges; ``sees_disturbance`` gives the policy the true vector
+    as its z (oracle) or zeros (domain randomisation). Returns the trainer's summary."""
+    policy.train()
+    trainer = randomised_trainer(policy, vehicle, trainer_config, randomisation, sees_disturbance)
     summary = trainer.train(progress=progress)
     policy.eval()
     summary["randomisation"] = dataclasses.asdict(randomisation)
     summary["sees_disturbance"] = sees_disturbance
     return summary
+
+
+# The offline-trained policies of the suite: randomisation and whether the policy sees z.
+# dob's policy sees the external force its observer estimates in flight; the rma teacher is
+# the oracle's policy.
+BASELINE_TRAININGS: dict[str, tuple[Callable[[], RandomisationConfig], bool]] = {
+    "dr": (RandomisationConfig.domain_randomisation, False),
+    "dr_mismatched": (RandomisationConfig.mismatched, False),
+    "dob": (RandomisationConfig.observer_feedforward, True),
+    "oracle": (RandomisationConfig.oracle, True),
+}
+
+
+def train_baseline_bundle(base: Bundle, kind: str, trainer_config: TrainerConfig) -> Bundle:
+    """The base bundle's policy fine-tuned (a copy, warm start) for baseline ``kind`` (a key of
+    :data:`BASELINE_TRAININGS`) with ``trainer_config``; the summary records the training."""
+    if kind not in BASELINE_TRAININGS:
+        raise ValueError(f"no offline training for {kind!r}; known: {sorted(BASELINE_TRAININGS)}")
+    make_randomisation, sees_disturbance = BASELINE_TRAININGS[kind]
+    policy = clone_policy(base.policy)
+    summary = train_randomised_policy(
+        policy, base.vehicle, trainer_config, make_randomisation(), sees_disturbance
+    )
+    return Bundle(
+        version=base.version + 1,
+        parent_version=base.version,
+        policy=policy,
+        vehicle=base.vehicle,
+        summary={"kind": kind, **summary},
+    )
 
 
 def true_disturbance(
@@ -247,13 +383,18 @@ def clone_policy(policy: PolicyNet) -> PolicyNet:
 
 
 __all__ = [
+    "BASELINE_TRAININGS",
     "DISTURBANCE_DIM",
     "DISTURBANCE_SCALE",
     "BlindLatentObservation",
     "DisturbedPrior",
+    "ExternalForcePrior",
     "RandomisationConfig",
     "clone_policy",
+    "disturbance_dynamics",
+    "randomised_trainer",
     "sample_disturbance",
+    "train_baseline_bundle",
     "train_randomised_policy",
     "true_disturbance",
 ]

@@ -26,7 +26,19 @@ from vnd_core.scenario import Scenario
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.metrics import latent_knn_accuracy, open_loop_errors
 
-METHOD_ORDER = ("base", "dr", "refit", "vnd", "oracle")
+# Table and plot order: the non-adaptive and offline baselines, the online learners, the oracle.
+METHOD_ORDER = ("base", "dr", "dr_mismatched", "dob", "rma", "refit", "vnd", "oracle")
+# Line colour and style per method in the error plot (dr_mismatched: dr's colour, dashed).
+METHOD_STYLE = {
+    "base": ("C7", "-"),
+    "dr": ("C1", "-"),
+    "dr_mismatched": ("C1", "--"),
+    "dob": ("C4", "-"),
+    "rma": ("C5", "-"),
+    "refit": ("C2", "-"),
+    "vnd": ("C0", "-"),
+    "oracle": ("C3", "-"),
+}
 
 
 def recovery_times(time_s: np.ndarray, error_m: np.ndarray, scenario: Scenario) -> list[dict]:
@@ -199,15 +211,14 @@ def plot_errors(out_path: Path, runs: dict[tuple[str, str], RunResult], scenario
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(len(scenarios), 1, figsize=(11, 3.2 * len(scenarios)), squeeze=False)
-    colours = dict(zip(METHOD_ORDER, ("C7", "C1", "C2", "C0", "C3"), strict=True))
     for ax, scenario in zip(axes[:, 0], scenarios, strict=True):
         for method in METHOD_ORDER:
             run = runs.get((method, scenario.name))
             if run is None:
                 continue
             moving = moving_rmse(run.time_s, run.error_m)
-            colour = colours[method]
-            ax.plot(run.time_s, moving * 100.0, color=colour, lw=1.0, label=method)
+            colour, style = METHOD_STYLE[method]
+            ax.plot(run.time_s, moving * 100.0, color=colour, ls=style, lw=1.0, label=method)
             for u in run.updates:
                 ax.plot(
                     [u.applied_s],
@@ -224,7 +235,7 @@ def plot_errors(out_path: Path, runs: dict[tuple[str, str], RunResult], scenario
             ax.axvline(begin_s, color="k", lw=0.6, alpha=0.4)
             ax.text(begin_s, ax.get_ylim()[1] * 0.85, f" {name}", fontsize=7, alpha=0.7)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, ncol=5, loc="upper right")
+        ax.legend(fontsize=7, ncol=4, loc="upper right")
     fig.tight_layout()
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=90)

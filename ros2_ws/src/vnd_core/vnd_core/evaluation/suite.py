@@ -4,16 +4,27 @@ scenarios, in simulated time, sized by :class:`EvalConfig`.
 Methods (same plant, seeds, scenarios and update budgets for all):
 
 - base: the base bundle, no adaptation;
-- dr: the base policy fine-tuned with domain randomisation (wind, mass, drag; blind to them);
-- refit: LOTF-style re-fitting of a latent-free residual on a rolling window of recent data;
+- dr: the base policy fine-tuned with domain randomisation (wind, mass, drag; blind to them),
+  *matched*: the plant's own drag law and coefficients, ranges containing every test condition;
+- dr_mismatched: the same training on a practitioner's model (a constant external force up to
+  1 N, no drag law; the 5 m/s test wind outside the range), blind to it;
+- dob: a disturbance observer (prior prediction error, low-pass filtered, command delay and
+  motor lag handled) feeding the estimated force to a force-conditioned policy (the base
+  policy fine-tuned with the force as its z); no learning in flight (:mod:`dob`);
+- rma: the oracle's policy as privileged teacher plus an adaptation module (1-D convolution
+  over the last 0.5 s of state and command history) trained to regress the teacher's
+  disturbance input in the randomised simulation; no learning in flight (:mod:`rma`);
+- refit: LOTF-style re-fitting of an ensemble of latent-free residuals on a rolling window of
+  recent data every 5 s, the policy fine-tuned on their mean (:mod:`refit`);
 - vnd: the continual learner (replay of everything, latent from the encoder every tick);
 - oracle: the base policy fine-tuned with the true disturbance as its z input, which it also
   gets in flight.
 
-dr and oracle are trained once per evaluation (training seed 0) with the same trainer budget
-(``randomised_trainer``), warm-started from the base policy; the seeds vary the plant (noise,
-gusts) and the learners. See :mod:`continual_loop` for update timing and
-:mod:`report` for the metrics.
+dr, dr_mismatched, dob's policy and the oracle (also rma's teacher) are trained once per
+evaluation (training seed 0) with the same trainer budget (``randomised_trainer``),
+warm-started from the base policy, and shared by every cell that flies them; rma's module is
+trained once with ``rma``'s budget. The seeds vary the plant (noise, gusts) and the learners.
+See :mod:`continual_loop` for update timing and :mod:`report` for the metrics.
 """
 
 from __future__ import annotations
@@ -29,20 +40,18 @@ from pathlib import Path
 import torch
 
 from vnd_core.bundle import Bundle
-from vnd_core.evaluation.baselines import (
-    RandomisationConfig,
-    clone_policy,
-    train_randomised_policy,
-)
+from vnd_core.evaluation.baselines import RandomisationConfig, train_baseline_bundle
 from vnd_core.evaluation.continual_loop import (
     LATENT_ORACLE,
+    LEARNER_CPU_SHARE,
     Method,
     RunResult,
     VNDMethod,
     run_method,
     scale_scenario,
 )
-from vnd_core.evaluation.refit import RefitConfig, RefitMethod
+from vnd_core.evaluation.dob import DOBMethod, ObserverConfig
+from vnd_core.evaluation.refit import REFIT_BUDGET_NOTE, RefitConfig, RefitMethod
 from vnd_core.evaluation.report import (
     METHOD_ORDER,
     aggregate,
@@ -53,6 +62,7 @@ from vnd_core.evaluation.report import (
     run_metrics,
     write_results,
 )
+from vnd_core.evaluation.rma import RMAConfig, RMAMethod, train_adaptation_module
 from vnd_core.learner import LearnerConfig
 from vnd_core.scenario import Scenario, load_scenario
 from vnd_core.trainer import TrainerConfig
@@ -70,11 +80,15 @@ class EvalConfig:
     seeds: int = 3  # plant / learner seeds per method and scenario
     time_scale: float = 1.0  # scenario duration, phase and event times multiplied by this
     learner: LearnerConfig = field(default_factory=LearnerConfig.standard)  # vnd and refit budgets
-    refit_window_s: float = 8.0  # refit: seconds of recent data it fits on
+    refit: RefitConfig = field(default_factory=RefitConfig.lotf)  # refit cadence and budget
+    observer: ObserverConfig = field(default_factory=ObserverConfig)  # dob's observer
+    rma: RMAConfig = field(default_factory=RMAConfig)  # rma's adaptation-module budget
     randomised_trainer: TrainerConfig = field(  # dr and oracle fine-tuning budget
         default_factory=lambda: TrainerConfig(learning_rate=1e-3)
     )
-    update_delay_s: float | None = 5.0  # simulated update delay [s]; None: measured wall time
+    # simulated update delay [s]; None: the update's CPU time / learner_cpu_share
+    update_delay_s: float | None = None
+    learner_cpu_share: float = LEARNER_CPU_SHARE  # share of a core the learner gets in flight
 
     @classmethod
     def quick(cls, **overrides) -> EvalConfig:
@@ -89,6 +103,7 @@ class EvalConfig:
             "randomised_trainer": TrainerConfig(
                 num_envs=128, horizon_ticks=32, iterations=60, learning_rate=1e-3
             ),
+            "rma": RMAConfig(rollout_envs=48, rollout_ticks=200, rounds=2, epochs=10),
         }
         return cls(**{**base, **overrides})
 
@@ -104,8 +119,10 @@ class EvalConfig:
             "mode": self.mode,
             "seeds": self.seeds,
             "time_scale": self.time_scale,
-            "refit_window_s": self.refit_window_s,
-            "update_delay": "measured wall time"
+            "refit": {**dataclasses.asdict(self.refit), "budget": REFIT_BUDGET_NOTE},
+            "observer": dataclasses.asdict(self.observer),
+            "rma": dataclasses.asdict(self.rma),
+            "update_delay": f"CPU time / {self.learner_cpu_share} (the learner's core share)"
             if self.update_delay_s is None
             else f"fixed {self.update_delay_s} s",
             "learner_fit_steps": self.learner.fit.steps,
@@ -118,35 +135,38 @@ class EvalConfig:
 def prepare_methods(
     names: Sequence[str], base: Bundle, config: EvalConfig, log: Log = print
 ) -> dict[str, Method]:
-    """Build (and for dr / oracle, train) every requested method from the base bundle."""
+    """Build (and for the offline baselines, train) every requested method from the base
+    bundle; each offline training runs once, shared by the methods that fly it (the oracle's
+    policy is rma's teacher)."""
     methods: dict[str, Method] = {}
+    trained: dict[str, Bundle] = {}
+
+    def trained_bundle(kind: str) -> Bundle:
+        if kind not in trained:
+            start = time.perf_counter()
+            trained[kind] = train_baseline_bundle(base, kind, config.randomised_trainer)
+            log(f"trained {kind} policy in {time.perf_counter() - start:.0f} s")
+        return trained[kind]
+
     for name in names:
         if name == "base":
             methods[name] = Method("base", base)
-        elif name in ("dr", "oracle"):
+        elif name in ("dr", "dr_mismatched"):
+            methods[name] = Method(name, trained_bundle(name))
+        elif name == "oracle":
+            methods[name] = Method(name, trained_bundle(name), LATENT_ORACLE)
+        elif name == "dob":
+            methods[name] = DOBMethod(trained_bundle(name), config.observer)
+        elif name == "rma":
+            teacher = trained_bundle("oracle")
             start = time.perf_counter()
-            policy = clone_policy(base.policy)
-            oracle = name == "oracle"
-            randomisation = (
-                RandomisationConfig.oracle()
-                if oracle
-                else RandomisationConfig.domain_randomisation()
+            module, summary = train_adaptation_module(
+                teacher.policy, base.vehicle, RandomisationConfig.oracle(), config.rma
             )
-            summary = train_randomised_policy(
-                policy, base.vehicle, config.randomised_trainer, randomisation, oracle
-            )
-            bundle = Bundle(
-                version=base.version + 1,
-                parent_version=base.version,
-                policy=policy,
-                vehicle=base.vehicle,
-                summary=summary,
-            )
-            methods[name] = Method(name, bundle, LATENT_ORACLE if oracle else "none")
-            log(f"trained {name} policy in {time.perf_counter() - start:.0f} s")
+            methods[name] = RMAMethod(teacher, module, summary)
+            log(f"trained rma adaptation module in {time.perf_counter() - start:.0f} s")
         elif name == "refit":
-            refit = RefitConfig.matching(config.learner, config.refit_window_s)
-            methods[name] = RefitMethod(base, config.learner, refit)
+            methods[name] = RefitMethod(base, config.learner, config.refit)
         elif name == "vnd":
             methods[name] = VNDMethod(base, config.learner)
         else:
@@ -171,7 +191,7 @@ def evaluate(
     scenarios = [scale_scenario(load_scenario(n), config.time_scale) for n in scenario_names]
     methods = prepare_methods(method_names, base, config, log)
     cells = [
-        _Cell(method, scenario, seed, config.update_delay_s, out_dir)
+        _Cell(method, scenario, seed, config.update_delay_s, config.learner_cpu_share, out_dir)
         for scenario in scenarios
         for method in methods.values()
         for seed in range(config.seeds)
@@ -226,6 +246,7 @@ class _Cell:
     scenario: Scenario
     seed: int
     update_delay_s: float | None
+    cpu_share: float
     out_dir: Path
 
 
@@ -261,7 +282,9 @@ def _run_forked_cell(index: int) -> tuple[int, dict, RunResult | None]:
 def _run_cell(cell: _Cell) -> tuple[dict, RunResult | None]:
     """Fly one cell; its metrics (with the latent figures for vnd) and, for seed 0, the run
     reduced to what the plots read."""
-    run = run_method(cell.method, cell.scenario, cell.seed, cell.update_delay_s)
+    run = run_method(
+        cell.method, cell.scenario, cell.seed, cell.update_delay_s, cpu_share=cell.cpu_share
+    )
     metrics = run_metrics(run, cell.scenario)
     if cell.method.name == "vnd":
         metrics["latent"] = _latent_figures(run, cell.scenario, cell.out_dir, cell.seed)
@@ -343,17 +366,56 @@ def definitions(config: EvalConfig) -> dict:
         "recovery_s": " ".join(report.__doc__.split("\n\n")[1].split()),
         "recovery_last_onset_s": "recovery at the last phase onset (recurring_wind: A returns)",
         "time_scale": f"{config.time_scale}: scenario durations, phase and event times scaled",
-        "update_delay": "a new bundle flies after the measured wall time of its update"
+        "update_delay": (
+            "a new bundle flies after the CPU time of its update divided by "
+            f"{config.learner_cpu_share}, the share of a core the learner gets beside the "
+            "flight stack"
+        )
         if config.update_delay_s is None
         else f"a new bundle flies {config.update_delay_s} s (simulated) after its update starts",
-        "dr": "base policy fine-tuned on prior + random wind (0-6 m/s), mass (-10..+40 %), drag "
-        "(x0.7-1.5); z hidden from the policy",
-        "oracle": "base policy fine-tuned on the same ranges plus rotor damage with the true "
-        "disturbance vector as its z input, and given the true vector in flight",
-        "refit": f"latent-free residual fitted on the last {config.refit_window_s} s every "
-        f"{config.learner.min_interval_s} s, policy fine-tuned on it with VND's budgets",
+        **method_definitions(config),
         "knn_accuracy": "leave-one-out 5-NN accuracy of the true condition from the final VND "
         "model's re-encoded latents of the whole run",
         "open_loop_holdout": "prior vs prior + residual(z) position error after 1/10/50 open-loop "
         "steps on ticks flown after the final model's last fit started (unseen data)",
+    }
+
+
+def method_definitions(config: EvalConfig) -> dict:
+    """What every method is and the budget it gets (results.json's definitions and
+    results.md)."""
+    t, r, m, o = config.randomised_trainer, config.refit, config.rma, config.observer
+    offline = (
+        f"{t.iterations} trainer iterations x {t.num_envs} rollouts x {t.horizon_ticks} ticks, "
+        "warm start from the base policy, trained once"
+    )
+    return {
+        "base": "the base bundle, no adaptation",
+        "dr": "matched domain randomisation: base policy fine-tuned on prior + random wind "
+        "(0-6 m/s) through the plant's own drag law and coefficients, mass (-10..+40 %), drag "
+        f"(x0.7-1.5), ranges containing every test condition; z hidden; budget {offline}",
+        "dr_mismatched": "domain randomisation on a practitioner's model: a constant world "
+        "external force (horizontal 0-1 N, vertical 0.1 N std; no drag law, the 5 m/s test "
+        f"wind's 1.4 N outside it), mass (-5..+25 %); z hidden; budget {offline}",
+        "dob": "disturbance observer: external acceleration from the prior's one-tick velocity "
+        f"prediction error, low-pass {o.time_constant_s} s, command latency {o.latency_s} s and "
+        "the motor lag handled, fed as a force to the base policy fine-tuned with that force "
+        "(0-1.5 N horizontal, 0.5 N std vertical) as its z; no learning in flight; policy "
+        f"budget {offline}",
+        "rma": "oracle policy as privileged teacher + adaptation module (1-D convolution over "
+        f"the last {m.history_ticks} ticks of velocity, attitude, rates and command) regressing "
+        f"the teacher's disturbance input: {m.rounds} rounds of {m.rollout_envs} x "
+        f"{m.rollout_ticks}-tick rollouts in the oracle's randomised simulation (the first with "
+        f"the true z, later ones with the module's), {m.epochs} epochs per round; teacher "
+        f"budget {offline}; no learning in flight",
+        "refit": f"LOTF-style: every {r.min_interval_s} s an ensemble of {r.ensemble_size} "
+        f"latent-free residuals fitted ({r.fit_steps} steps each) on the last {r.window_s} s, "
+        f"the policy fine-tuned on their mean ({r.policy_iterations} iterations x "
+        f"{r.policy_envs} rollouts); {REFIT_BUDGET_NOTE}",
+        "vnd": f"continual learner: fit {config.learner.fit.steps} steps, trainer "
+        f"{config.learner.trainer.iterations} iterations x {config.learner.trainer.num_envs} "
+        f"rollouts per update, at least {config.learner.min_interval_s} s apart",
+        "oracle": "base policy fine-tuned on dr's ranges plus rotor damage with the true "
+        "disturbance vector as its z input, and given the true vector in flight; budget "
+        f"{offline} (no upper bound: the same budget as dr)",
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -31,7 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="smoke configuration (<= 15 min)")
     parser.add_argument("--seeds", type=int, default=None, help="seeds (default: preset's)")
     parser.add_argument(
-        "--methods", nargs="+", default=list(METHOD_ORDER), choices=METHOD_ORDER, help="methods"
+        "--methods",
+        nargs="+",
+        type=_method_names,
+        default=[list(METHOD_ORDER)],
+        metavar="METHOD",
+        help=f"methods, space- or comma-separated, from {', '.join(METHOD_ORDER)}",
     )
     parser.add_argument("--scenarios", nargs="+", default=list(SCENARIOS), help="scenario names")
     parser.add_argument("--bundle", type=Path, default=None, help="base bundle (default: shipped)")
@@ -42,7 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--update-delay",
         default=None,
         help="simulated delay between an update's start and its bundle flying: seconds, or "
-        "'measured' for the update's wall time on this machine (default: 5 s, the update budget)",
+        "'charged' (default): the update's CPU time divided by --learner-cpu-share",
+    )
+    parser.add_argument(
+        "--learner-cpu-share",
+        type=float,
+        default=None,
+        help="share of one core the learner gets beside the flight stack (default 0.6, "
+        "measured in the demo); an update of c CPU seconds lands c / share seconds later",
     )
     parser.add_argument(
         "--learner-preset",
@@ -64,13 +77,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _method_names(text: str) -> list[str]:
+    """Method names of one --methods word ("dr" or "base,dr,dob"), each checked."""
+    names = [name for name in text.split(",") if name]
+    unknown = [name for name in names if name not in METHOD_ORDER]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown method {', '.join(unknown) or repr(text)}; choose from "
+            f"{', '.join(METHOD_ORDER)}"
+        )
+    return names
+
+
 def _parse_delay(text: str) -> float | None:
-    """'measured' -> None, else a non-negative number of seconds."""
-    if text == "measured":
+    """'charged' -> None (the CPU time charged), else a non-negative number of seconds."""
+    if text == "charged":
         return None
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not value >= 0:
-        raise ValueError(f"must be 'measured' or seconds >= 0, got {text!r}")
+        raise ValueError(f"must be 'charged' or seconds >= 0, got {text!r}")
     return value
 
 
@@ -89,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"vnd eval: --update-delay: {err}")
             return 2
+    if args.learner_cpu_share is not None:
+        if not 0.0 < args.learner_cpu_share <= 1.0:
+            print(
+                f"vnd eval: --learner-cpu-share must be within (0, 1], got {args.learner_cpu_share}"
+            )
+            return 2
+        overrides["learner_cpu_share"] = args.learner_cpu_share
     if args.learner_preset is not None:
         overrides["learner"] = learner_preset(args.learner_preset)
     config = EvalConfig.quick(**overrides) if args.quick else EvalConfig.full(**overrides)
@@ -112,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         print(f"vnd eval: --jobs must be at least 1, got {args.jobs}")
         return 2
-    payload = evaluate(config, base, args.out, args.methods, args.scenarios, jobs=args.jobs)
+    methods = list(dict.fromkeys(name for word in args.methods for name in word))
+    payload = evaluate(config, base, args.out, methods, args.scenarios, jobs=args.jobs)
     print(f"wrote {args.out / 'results.json'} and results.md in {payload['wall_s']:.0f} s")
     return 0
