@@ -43,7 +43,6 @@ from vnd_core.bundle import Bundle
 from vnd_core.evaluation.baselines import RandomisationConfig, train_baseline_bundle
 from vnd_core.evaluation.continual_loop import (
     LATENT_ORACLE,
-    LEARNER_CPU_SHARE,
     Method,
     RunResult,
     VNDMethod,
@@ -86,9 +85,7 @@ class EvalConfig:
     randomised_trainer: TrainerConfig = field(  # dr and oracle fine-tuning budget
         default_factory=lambda: TrainerConfig(learning_rate=1e-3)
     )
-    # simulated update delay [s]; None: the update's CPU time / learner_cpu_share
-    update_delay_s: float | None = None
-    learner_cpu_share: float = LEARNER_CPU_SHARE  # share of a core the learner gets in flight
+    update_delay_s: float | None = 5.0  # simulated update delay [s]; None: measured wall time
 
     @classmethod
     def quick(cls, **overrides) -> EvalConfig:
@@ -122,7 +119,7 @@ class EvalConfig:
             "refit": {**dataclasses.asdict(self.refit), "budget": REFIT_BUDGET_NOTE},
             "observer": dataclasses.asdict(self.observer),
             "rma": dataclasses.asdict(self.rma),
-            "update_delay": f"CPU time / {self.learner_cpu_share} (the learner's core share)"
+            "update_delay": "measured wall time"
             if self.update_delay_s is None
             else f"fixed {self.update_delay_s} s",
             "learner_fit_steps": self.learner.fit.steps,
@@ -191,7 +188,7 @@ def evaluate(
     scenarios = [scale_scenario(load_scenario(n), config.time_scale) for n in scenario_names]
     methods = prepare_methods(method_names, base, config, log)
     cells = [
-        _Cell(method, scenario, seed, config.update_delay_s, config.learner_cpu_share, out_dir)
+        _Cell(method, scenario, seed, config.update_delay_s, out_dir)
         for scenario in scenarios
         for method in methods.values()
         for seed in range(config.seeds)
@@ -246,7 +243,6 @@ class _Cell:
     scenario: Scenario
     seed: int
     update_delay_s: float | None
-    cpu_share: float
     out_dir: Path
 
 
@@ -282,9 +278,7 @@ def _run_forked_cell(index: int) -> tuple[int, dict, RunResult | None]:
 def _run_cell(cell: _Cell) -> tuple[dict, RunResult | None]:
     """Fly one cell; its metrics (with the latent figures for vnd) and, for seed 0, the run
     reduced to what the plots read."""
-    run = run_method(
-        cell.method, cell.scenario, cell.seed, cell.update_delay_s, cpu_share=cell.cpu_share
-    )
+    run = run_method(cell.method, cell.scenario, cell.seed, cell.update_delay_s)
     metrics = run_metrics(run, cell.scenario)
     if cell.method.name == "vnd":
         metrics["latent"] = _latent_figures(run, cell.scenario, cell.out_dir, cell.seed)
@@ -366,11 +360,7 @@ def definitions(config: EvalConfig) -> dict:
         "recovery_s": " ".join(report.__doc__.split("\n\n")[1].split()),
         "recovery_last_onset_s": "recovery at the last phase onset (recurring_wind: A returns)",
         "time_scale": f"{config.time_scale}: scenario durations, phase and event times scaled",
-        "update_delay": (
-            "a new bundle flies after the CPU time of its update divided by "
-            f"{config.learner_cpu_share}, the share of a core the learner gets beside the "
-            "flight stack"
-        )
+        "update_delay": "a new bundle flies after the measured wall time of its update"
         if config.update_delay_s is None
         else f"a new bundle flies {config.update_delay_s} s (simulated) after its update starts",
         **method_definitions(config),
