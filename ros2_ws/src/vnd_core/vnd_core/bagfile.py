@@ -33,14 +33,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Literal
 
 import yaml
 from rosbags.interfaces import Connection, Qos
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.rosbag2.metadata import dump_qos_v9, parse_qos
 
-BAG_FORMAT_VERSION = 9  # rosbag2 metadata version written (Jazzy reads 9, Humble reads <= 9)
+# rosbag2 metadata version written (Jazzy reads 9, Humble reads <= 9)
+BAG_FORMAT_VERSION: Literal[9] = 9
 LOCK_NAME = ".vnd_writing.lock"  # held (flock) by the process writing the bag
 MAGIC = b"\x89MCAP0\r\n"
 _OP_HEADER, _OP_FOOTER, _OP_SCHEMA, _OP_CHANNEL, _OP_MESSAGE = 0x01, 0x02, 0x03, 0x04, 0x05
@@ -103,7 +104,8 @@ class DurableBagWriter:
             self._writer.open()
         except Exception as err:  # rosbags raises WriterError / OSError / FileExistsError
             raise BagFileError(f"cannot create bag {self.path}: {err}") from err
-        storage = self._writer.storage
+        # rosbags' MCAP writer internals (chunk, close_chunk, bio) are not in its StorageWriter type
+        storage: Any = self._writer.storage
         if not (hasattr(storage, "close_chunk") and hasattr(storage, "bio")):
             # the chunk hooks below are rosbags' MCAP writer internals: fail loudly if they move
             raise BagFileError(f"rosbags' MCAP writer has no chunk hooks: cannot flush {self.path}")
@@ -150,7 +152,7 @@ class DurableBagWriter:
 
     def flush(self) -> None:
         """Close the pending chunk and put it on disk (write + fsync)."""
-        storage = self._writer.storage
+        storage: Any = self._writer.storage  # the MCAP writer's internals, as in open()
         if storage is None:
             return
         if storage.chunk.msgs:  # rosbags also closes a chunk once it holds 1 MiB

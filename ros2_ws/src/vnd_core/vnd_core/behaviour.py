@@ -45,7 +45,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -115,7 +115,7 @@ class BehaviourCheckConfig:
 
     @classmethod
     def for_flight(
-        cls, vehicle: VehicleParams, safety: object | None = None, **overrides: object
+        cls, vehicle: VehicleParams, safety: object | None = None, **overrides: Any
     ) -> BehaviourCheckConfig:
         """The check for a node flying ``vehicle`` behind the safety filter ``safety``.
 

@@ -6,11 +6,14 @@ import dataclasses
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 
 class ConfigError(ValueError):
@@ -55,13 +58,13 @@ def resolve_named(kind: str, name_or_path: str | Path) -> Path:
 
 def _convert(value: Any, hint: Any, where: str) -> Any:
     origin = typing.get_origin(hint)
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return from_mapping(hint, value, where)
     if origin in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
         if value is None:
             return None
-        return _convert(value, args[0], where)
+        return _convert(value, members[0], where)
     if origin in (list, tuple):
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")

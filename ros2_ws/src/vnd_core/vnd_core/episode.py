@@ -75,7 +75,7 @@ def run_episode(
     n_prev = policy.config.n_prev_actions
     prev = policy.action_offset.expand(batch_size, max(n_prev, 1), 4).clone()
     z = torch.zeros(batch_size, policy.latent_dim)
-    record = {"t": [], "p": [], "ref": [], "act": [], "cond": []}
+    record: dict[str, list] = {"t": [], "p": [], "ref": [], "act": [], "cond": []}
     policy.eval()
     with torch.inference_mode():
         for _ in range(n_ticks):

@@ -56,7 +56,7 @@ class LatentEstimator:
         # commands that arrived before the odometry they answer, oldest first
         self._pending: deque[tuple[int, np.ndarray]] = deque(maxlen=8)
         self._latch = CommandLatch()
-        self._model = None
+        self._model: VNDModel | None = None
         self.buffer = ContextBuffer(ContextConfig(context_len=1, max_gap_ms=max_gap_ms))
         self._rows: deque[torch.Tensor] = deque(maxlen=1)  # feature rows (28,), oldest first
         # actions of the newest transitions of the window, oldest first (d + 1 of them)
@@ -91,8 +91,9 @@ class LatentEstimator:
         d = _delay(model)
         self._rows = deque(maxlen=c)
         self._actions = deque(maxlen=d + 1)
-        if self.buffer.valid and model is not None:  # same window, another prior: recompute
-            states, actions = self.buffer.window()  # (C + 1, 13), (C, 4); a_k drives s_k
+        window = self.buffer.window() if model is not None else None
+        if window is not None and model is not None:  # same window, another prior: recompute
+            states, actions = window  # (C + 1, 13), (C, 4); a_k drives s_k
             if len(actions) > d:
                 with torch.inference_mode():
                     rows = context_features(
@@ -183,12 +184,13 @@ class LatentEstimator:
 
     def latent(self) -> np.ndarray | None:
         """z (nz,) float32 of the current window, or None while not valid (or on an error)."""
-        if not self.valid:
+        model = self._model
+        if not self.valid or model is None:
             return None
         features = torch.stack(list(self._rows)).unsqueeze(0)  # (1, C, 28)
         try:
             with torch.inference_mode():
-                z = self._model.encoder(features)[0].numpy()
+                z = model.encoder(features)[0].numpy()
         except Exception:  # a broken encoder must not kill the node: counted, z invalid
             self.counters.count(ENCODER_ERROR)
             return None

@@ -39,6 +39,9 @@ class Normalizer(nn.Module):
     Shapes: ``mean`` and ``std`` (dim,); inputs (..., dim).
     """
 
+    mean: torch.Tensor  # (dim,) buffer
+    std: torch.Tensor  # (dim,) buffer
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))

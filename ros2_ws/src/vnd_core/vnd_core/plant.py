@@ -19,8 +19,9 @@ The public API takes and returns float32 torch tensors; inside, the physics runs
 outside every gradient graph. At the batch sizes the plant serves (1 in the real-time simulator
 node, 16-64 in evaluation) a physics step is a hundred tiny array operations whose fixed call
 overhead is the whole cost, several times lower in numpy than in torch, so the batch runs on numpy
-arrays, and a batch of one on plain Python floats (``_OneVehicle``, faster again). The rotation
-formulas of both are checked against :mod:`vnd_core.so3` and against each other by the tests.
+arrays, and a batch of one on plain Python floats (:mod:`vnd_core.plant_single`, faster again).
+The rotation formulas of both are checked against :mod:`vnd_core.so3` and against each other by
+the tests.
 """
 
 from __future__ import annotations
@@ -37,16 +38,14 @@ from vnd_core.plant_parts import (
     PlantConfig,
     Wind,
     allocation_matrix,
-    cross3,
     cross_np,
-    matvec3,
     quat_exp_np,
-    quat_mul_exp,
     quat_mul_np,
     rotate_inverse_np,
     rotate_np,
     rotmat_np,
 )
+from vnd_core.plant_single import OneVehicle
 from vnd_core.scenario import (
     Event,
     PayloadEvent,
@@ -61,122 +60,6 @@ from vnd_core.state import ACTION_DIM, GRAVITY_MPS2, OMEGA, POS, QUAT, STATE_DIM
 from vnd_core.vehicle import VehicleParams
 
 CONTROL_TICK_S = 0.02  # one 50 Hz control tick, the period of :meth:`TruePlant.step`
-
-
-class _OneVehicle:
-    """Plain-float twin of :meth:`TruePlant._substep` for a batch of one.
-
-    The simulator node steps a single vehicle in real time. There every numpy call works on
-    3-element arrays and its fixed overhead (about a microsecond) is the whole cost; the same
-    arithmetic on Python floats is several times faster. The tests fly both paths through every
-    kind of disturbance and require agreement to round-off.
-    """
-
-    def __init__(self, plant: TruePlant) -> None:
-        self.plant = plant
-        self._sources: tuple = ()
-        h = plant._h
-        self.h, self.alpha, self.motor_max = h, plant._motor_alpha, plant._motor_max_n
-        self.inertia_nom = plant._inertia_nom.tolist()
-        self.inertia_gain = plant._inertia_gain.tolist()
-        self.mixer_thrust = plant._mixer_thrust.tolist()
-        self.mixer_torque = plant._mixer_torque.tolist()
-        self.drag_lin = plant._drag_lin.tolist()
-        self.drag_quad = plant._drag_quad.tolist()
-        self.gravity_z = float(plant._gravity[2])
-
-    def load(self) -> None:
-        """Copy the plant's (1, n) arrays into floats."""
-        pl = self.plant
-        self.p, self.q = pl._p[0].tolist(), pl._q[0].tolist()
-        self.v, self.w = pl._v[0].tolist(), pl._w[0].tolist()
-        self.motor = pl._motor_n[0].tolist()
-
-    def store(self) -> None:
-        """Write the floats back into the plant's arrays."""
-        pl = self.plant
-        pl._p[0], pl._q[0], pl._v[0], pl._w[0] = self.p, self.q, self.v, self.w
-        pl._motor_n[0] = self.motor
-
-    def _refresh(self) -> None:
-        """Re-read what commands and events replace (the plant swaps whole objects)."""
-        pl = self.plant
-        sources = (pl._thrust_cmd, pl._wrench_t, pl._mass)  # rates change with the thrust
-        if self._sources and all(a is b for a, b in zip(sources, self._sources, strict=True)):
-            return
-        self._sources = sources
-        self.thrust_cmd = float(pl._thrust_cmd[0, 0])
-        self.rates_cmd = pl._rates_cmd[0].tolist()
-        self.wrench_t = pl._wrench_t.tolist()
-        mass = pl._mass
-        self.mass_kg, self.offset = mass.mass_kg, mass.offset
-        self.com, self.inertia = mass.com_m.tolist(), mass.inertia.tolist()
-        self.inertia_inv = mass.inertia_inv.tolist()
-
-    def substep(self) -> None:
-        """One semi-implicit Euler step; the same equations as :meth:`TruePlant._substep`."""
-        self._refresh()
-        pl, h, w, q = self.plant, self.h, self.w, self.q
-        jn, jg = self.inertia_nom, self.inertia_gain
-        gyro = cross3(w, [w[0] * jn[0], w[1] * jn[1], w[2] * jn[2]])
-        rc = self.rates_cmd
-        torque_cmd = [jg[i] * (rc[i] - w[i]) + gyro[i] for i in range(3)]
-        mt, mq, motor = self.mixer_thrust, self.mixer_torque, self.motor
-        for i in range(4):
-            f = self.thrust_cmd * mt[i] + torque_cmd[0] * mq[0][i] + torque_cmd[1] * mq[1][i]
-            f += torque_cmd[2] * mq[2][i]
-            f = 0.0 if f < 0.0 else min(f, self.motor_max)
-            motor[i] += self.alpha * (f - motor[i])
-        wt = self.wrench_t
-        m0, m1, m2, m3 = motor
-        wrench = [m0 * wt[0][c] + m1 * wt[1][c] + m2 * wt[2][c] + m3 * wt[3][c] for c in range(4)]
-        qw, qx, qy, qz = q
-        rot = [
-            [
-                qw * qw + qx * qx - qy * qy - qz * qz,
-                2 * (qx * qy - qw * qz),
-                2 * (qx * qz + qw * qy),
-            ],
-            [
-                2 * (qx * qy + qw * qz),
-                qw * qw - qx * qx + qy * qy - qz * qz,
-                2 * (qy * qz - qw * qx),
-            ],
-            [
-                2 * (qx * qz - qw * qy),
-                2 * (qy * qz + qw * qx),
-                qw * qw - qx * qx - qy * qy + qz * qz,
-            ],
-        ]
-        v = self.v
-        air = v if pl._wind is None else [
-            a - b for a, b in zip(v, pl._wind.velocity_mps(pl.time_s)[0].tolist(), strict=True)
-        ]  # fmt: skip
-        air_b = [rot[0][j] * air[0] + rot[1][j] * air[1] + rot[2][j] * air[2] for j in range(3)]
-        drag_b = [-(self.drag_lin[j] + self.drag_quad[j] * abs(a)) * a for j, a in enumerate(air_b)]
-        force_b = [drag_b[0], drag_b[1], drag_b[2] + wrench[0]]
-        accel = [f / self.mass_kg for f in matvec3(rot, force_b)]
-        accel[2] += self.gravity_z
-        torque = wrench[1:]
-        if self.offset:
-            com = self.com
-            torque = [t - c for t, c in zip(torque, cross3(com, drag_b), strict=True)]
-            gyro_true = cross3(w, matvec3(self.inertia, w))
-            w_dot = matvec3(
-                self.inertia_inv, [t - g for t, g in zip(torque, gyro_true, strict=True)]
-            )
-            lever = [
-                a + b for a, b in zip(cross3(w_dot, com), cross3(w, cross3(w, com)), strict=True)
-            ]
-            accel = [a - b for a, b in zip(accel, matvec3(rot, lever), strict=True)]
-        else:
-            w_dot = [(torque[i] - gyro[i]) / jn[i] for i in range(3)]
-        if pl._wind is not None:
-            pl._wind.advance(h, pl._rng)
-        self.v = v = [v[i] + h * accel[i] for i in range(3)]
-        self.w = w = [w[i] + h * w_dot[i] for i in range(3)]
-        self.p = [self.p[i] + h * v[i] for i in range(3)]
-        self.q = quat_mul_exp(q, [h * c for c in w])
 
 
 class TruePlant:
@@ -221,9 +104,9 @@ class TruePlant:
         self._arena = np.array(self.config.arena_half_m, dtype=float)
         self._min_tilt_cos = math.cos(math.radians(self.config.max_tilt_deg))
         self._landing_tilt_cos = math.cos(math.radians(self.config.landing_tilt_max_deg))
-        # Batch 1 runs on plain floats (see _OneVehicle); tests switch this off to compare.
+        # Batch 1 runs on plain floats (vnd_core.plant_single); tests switch this off to compare.
         self.fast_single = True
-        self._one_vehicle = _OneVehicle(self)
+        self._one_vehicle = OneVehicle(self)
         start = np.zeros((batch_size, STATE_DIM))
         start[:, 2], start[:, 3] = 1.0, 1.0
         self.reset(torch.from_numpy(start))
@@ -233,10 +116,10 @@ class TruePlant:
     def reset(self, state: torch.Tensor) -> None:
         """Start a flight at ``state`` (B, 13) (or (13,), broadcast): time 0, motors at hover,
         no disturbance yet, the latency pipeline filled with the hover command."""
-        state = self._as_batch(state, STATE_DIM, "state").copy()
-        state[:, QUAT] /= np.linalg.norm(state[:, QUAT], axis=1, keepdims=True)
-        self._p, self._q = state[:, POS].copy(), state[:, QUAT].copy()
-        self._v, self._w = state[:, VEL].copy(), state[:, OMEGA].copy()
+        start = self._as_batch(state, STATE_DIM, "state").copy()
+        start[:, QUAT] /= np.linalg.norm(start[:, QUAT], axis=1, keepdims=True)
+        self._p, self._q = start[:, POS].copy(), start[:, QUAT].copy()
+        self._v, self._w = start[:, VEL].copy(), start[:, OMEGA].copy()
         self._step = 0
         hover_n = self.vehicle.hover_thrust_n
         self._motor_n = np.full((self.batch_size, ROTOR_COUNT), hover_n / ROTOR_COUNT)
@@ -251,7 +134,7 @@ class TruePlant:
         self._update_wrench_map()
         self._crashed = np.zeros(self.batch_size, dtype=bool)
         self._on_floor = np.zeros(self.batch_size, dtype=bool)
-        self._frozen = state
+        self._frozen = start
         self._apply_due_events()
 
     def set_command(self, action: torch.Tensor) -> None:
@@ -443,7 +326,8 @@ class TruePlant:
     def _update_wrench_map(self) -> None:
         """Rotor thrusts -> true wrench (B, 4) @ (4, 4), with damage and the current centre of
         mass (which the onboard mixer does not know about)."""
-        allocation = allocation_matrix(self.vehicle, tuple(self._mass.com_m))
+        com_x, com_y, com_z = (float(c) for c in self._mass.com_m)
+        allocation = allocation_matrix(self.vehicle, (com_x, com_y, com_z))
         self._wrench_t = (allocation * self._efficiency).T.copy()
 
     # ---------------------------------------------------------------------------------- helpers

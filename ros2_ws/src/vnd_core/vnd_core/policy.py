@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +58,7 @@ class PolicyConfig:
     @classmethod
     def from_dict(cls, data: dict) -> PolicyConfig:
         """Inverse of :meth:`to_dict`; unknown keys raise TypeError."""
-        conv = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        conv: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         config = cls(**conv)
         config.validate()
         return config
@@ -80,8 +81,8 @@ class ActionScale:
             hover - vehicle.thrust_min_n,
             vehicle.thrust_max_n - hover,
         )
-        rates = tuple(config.rate_fraction * r for r in vehicle.body_rate_max_radps)
-        return cls(hover, span, rates)
+        roll, pitch, yaw = (config.rate_fraction * r for r in vehicle.body_rate_max_radps)
+        return cls(hover, span, (roll, pitch, yaw))
 
     def offset(self) -> torch.Tensor:
         """Physical action at normalised zero, (4,)."""
@@ -275,6 +276,9 @@ class PolicyNet(nn.Module):
     are buffers, so they travel with the weights in a bundle.
     """
 
+    action_offset: torch.Tensor  # (4,) buffer: the physical command of a zero output
+    action_scale: torch.Tensor  # (4,) buffer: half the span of each command
+
     def __init__(self, vehicle: VehicleParams, config: PolicyConfig | None = None) -> None:
         super().__init__()
         self.config = config or PolicyConfig()
@@ -308,7 +312,9 @@ class PolicyNet(nn.Module):
         if self.latent_dim == 0:
             return
         with torch.no_grad():
-            self.net[0].weight[:, -self.latent_dim :].zero_()
+            first = self.net[0]
+            assert isinstance(first, nn.Linear)  # mlp() starts with one
+            first.weight[:, -self.latent_dim :].zero_()
 
     def forward_normalised(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalised command (B, 4) in [-1, 1] of raw observations (B, dim)."""

@@ -35,6 +35,8 @@ from vnd_core.state import GRAVITY_MPS2, STATE_DIM
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import VehicleParams
 
+Floats = Sequence[float] | np.ndarray  # a short vector: list, tuple or numpy array
+
 _MAX_SUBSTEP_NS = 5_000_000  # the rate loop (50 ms) and tilt change stay accurate at 5 ms steps
 RATE_SETTLE_S = 0.3  # replayed rate-loop history before a prediction starts (6 time constants)
 
@@ -71,7 +73,7 @@ class CommandHistory:
         # A plain list (not a deque): the tick rehearsal snapshots and restores it by copying.
         self._items: list[tuple[int, tuple[float, ...]]] = []
 
-    def add(self, sent_ns: int, action: Sequence[float]) -> None:
+    def add(self, sent_ns: int, action: Floats) -> None:
         """Record ``action`` (4,) sent at ``sent_ns``; forget what is older than the window."""
         a0, a1, a2, a3 = action
         self._items.append((int(sent_ns), (float(a0), float(a1), float(a2), float(a3))))
@@ -82,7 +84,7 @@ class CommandHistory:
         if drop:
             del self._items[:drop]
 
-    def acting_at(self, at_ns: int, delay_ns: int, default: Sequence[float]) -> tuple[float, ...]:
+    def acting_at(self, at_ns: int, delay_ns: int, default: Floats) -> tuple[float, ...]:
         """The command acting on the vehicle at ``at_ns`` (``default`` before any)."""
         for sent_ns, action in reversed(self._items):
             if sent_ns + delay_ns <= at_ns:
@@ -94,7 +96,7 @@ class CommandHistory:
         self._items.clear()
 
     def segments(
-        self, start_ns: int, end_ns: int, delay_ns: int, default: Sequence[float]
+        self, start_ns: int, end_ns: int, delay_ns: int, default: Floats
     ) -> list[tuple[int, tuple[float, ...]]]:
         """[(duration ns, action)] acting on the vehicle from ``start_ns`` to ``end_ns``: each
         command acts from ``delay_ns`` after it was sent until the next one does; before the
@@ -165,7 +167,7 @@ class DisturbanceEstimator:
             self._velocity[i] += alpha * (velocity[i] - self._velocity[i])
         self._fit()
 
-    def accel_mps2(self, velocity_mps: Sequence[float]) -> tuple[float, float, float]:
+    def accel_mps2(self, velocity_mps: Floats) -> tuple[float, float, float]:
         """Predicted external acceleration (3,) world at ``velocity_mps`` (3,)."""
         m = self.vehicle.mass_kg
         ax = self._drag(velocity_mps[0] - self.wind_mps[0], self._c1, self._c2) / m
@@ -243,7 +245,7 @@ class BlindEstimator:
         self.disturbance.update(stamp_ns, state, acting[0])
         self._at_ns = None
 
-    def record(self, sent_ns: int, action: Sequence[float]) -> None:
+    def record(self, sent_ns: int, action: Floats) -> None:
         """The command (4,) sent at ``sent_ns``."""
         self.history.add(sent_ns, action)
 
@@ -298,14 +300,14 @@ class BlindEstimator:
                     rates[i] += alpha[i] * dt_s
         return rates, alpha, thrust_n
 
-    def _integrate(self, action: Sequence[float], duration_ns: int) -> None:
+    def _integrate(self, action: Floats, duration_ns: int) -> None:
         """Explicit Euler through ``duration_ns`` under ``action`` in steps of at most 5 ms."""
         steps = max(1, math.ceil(duration_ns / _MAX_SUBSTEP_NS))
         dt_s = duration_ns / steps / NS_PER_S
         for _ in range(steps):
             self._step(action, dt_s)
 
-    def _step(self, action: Sequence[float], dt_s: float) -> None:
+    def _step(self, action: Floats, dt_s: float) -> None:
         s = self._state
         motor = min(dt_s / self.vehicle.motor_time_constant_s, 1.0)
         self._thrust_n += motor * (action[0] - self._thrust_n)
@@ -333,7 +335,7 @@ class BlindEstimator:
         s[3:7] = [c / norm for c in q]
 
 
-def body_z(quaternion_wxyz: Sequence[float]) -> tuple[float, float, float]:
+def body_z(quaternion_wxyz: Floats) -> tuple[float, float, float]:
     """World direction (3,) of the body z axis of unit ``quaternion_wxyz`` (4,)."""
     if isinstance(quaternion_wxyz, np.ndarray):  # arithmetic on numpy scalars is slow
         quaternion_wxyz = quaternion_wxyz.tolist()
@@ -341,6 +343,6 @@ def body_z(quaternion_wxyz: Sequence[float]) -> tuple[float, float, float]:
     return (2.0 * (x * z + w * y), 2.0 * (y * z - w * x), 1.0 - 2.0 * (x * x + y * y))
 
 
-def tilt_rad(quaternion_wxyz: Sequence[float]) -> float:
+def tilt_rad(quaternion_wxyz: Floats) -> float:
     """Angle (rad) between the body z axis of ``quaternion_wxyz`` (4,) and world up."""
     return math.acos(min(max(body_z(quaternion_wxyz)[2], -1.0), 1.0))

@@ -173,7 +173,7 @@ class BundleRuntime:
             return self.reply(request_id, True, self.describe())
         if action in (ACTION_ARM, ACTION_DISARM):  # the encoder, asked without a target_node
             return self.reply(request_id, False, f"{ACTION_NAMES[action]} is for the policy node")
-        handlers = {
+        handlers: dict[int, Callable[[], SwapEvent]] = {
             ACTION_ACTIVATE: lambda: self.swapper.activate(int(version), request_id),
             ACTION_ROLLBACK: lambda: self.swapper.rollback(request_id),
             ACTION_PIN: lambda: self.swapper.pin(request_id),

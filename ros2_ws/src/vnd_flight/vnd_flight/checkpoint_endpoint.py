@@ -91,6 +91,7 @@ class CheckpointEndpoint:
             return False
         action = int(msg.action)
         handler = self._actions.get(action)
+        reply: CheckpointReply | None
         if handler is not None:
             reply = handler(msg.request_id)
         else:

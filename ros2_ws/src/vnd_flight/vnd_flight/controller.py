@@ -348,4 +348,5 @@ class PolicyController:
         if reason is not None:
             self.counters.count(reason)
             return zeros, False
+        assert latent is not None  # no reason: the latent is there
         return latent.z.astype(np.float32, copy=False), True

@@ -167,7 +167,8 @@ class PolicyEnvelope:
         """Geofence: the position, or where the vehicle would stop braking at
         ``brake_accel_mps2``, outside the box."""
         # Scalar arithmetic: a handful of numpy calls on 3-vectors cost more than the check.
-        px, py, pz, vx, vy, vz = (*state[0:3].tolist(), *state[7:10].tolist())
+        px, py, pz = (float(v) for v in state[0:3])
+        vx, vy, vz = (float(v) for v in state[7:10])
         scale = math.sqrt(vx * vx + vy * vy + vz * vz) / (2.0 * self.config.brake_accel_mps2)
         position = (px, py, pz)
         stop = (px + vx * scale, py + vy * scale, pz + vz * scale)

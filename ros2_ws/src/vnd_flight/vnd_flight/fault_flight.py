@@ -250,6 +250,7 @@ class _Loop:
             self.watchdog_due_ns = now_ns + self.period_ns + self.tick_margin_ns
         else:
             self.watchdog_due_ns = max(self.watchdog_due_ns + self.period_ns, now_ns + 1)
+        assert self.odom is not None  # the first tick follows the first odometry
         state, stamp = self.odom
         self.ticked_stamp_ns = stamp
         record = self.controller.tick(now_ns, state, stamp, self.bundle, None)

@@ -189,7 +189,7 @@ class ModelSwapper(Generic[T]):
 
     def poll(self) -> list[SwapEvent]:
         """Apply every finished load (never waits) and return the events, oldest first."""
-        events = []
+        events: list[SwapEvent] = []
         while True:
             try:
                 item = self._results.get_nowait()
@@ -277,6 +277,8 @@ class ModelSwapper(Generic[T]):
             return self._event(
                 job.request_id, Action.LOAD, False, f"rejected: {result.error}", None, job.source
             )
+        model = result.model
+        assert model is not None and version is not None  # a load without an error has both
         if job.source == Source.LEARNER:
             if self.pinned:
                 return self._pinned_refusal(job.request_id, version)
@@ -301,7 +303,7 @@ class ModelSwapper(Generic[T]):
                     job.source,
                 )
             self.learner_bar[result.lineage] = version
-        replaced = self._insert(key, version, result.model)
+        replaced = self._insert(key, version, model)
         if job.activate and key != self.active_key:
             self._make_active(key)
             message, changed = f"activated version {version}", True

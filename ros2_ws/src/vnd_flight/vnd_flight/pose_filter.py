@@ -140,13 +140,17 @@ class PoseFilter:
         self._p = [0.0, 0.0, 0.0]  # position estimate, m
         self._v = [0.0, 0.0, 0.0]  # velocity estimate, m/s
         self._w = [0.0, 0.0, 0.0]  # body-rate estimate, rad/s
-        self._quat = (1.0, 0.0, 0.0, 0.0)  # last accepted attitude (unit, continuous sign)
-        self._att = (1.0, 0.0, 0.0, 0.0)  # filtered attitude (the rate filter's angle state)
+        # last accepted attitude (unit, continuous sign)
+        self._quat: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0)
+        # filtered attitude (the rate filter's angle state)
+        self._att: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0)
         # Covariance of (p, v) per axis; identical on every axis, so three scalars suffice.
         self._p11 = self._p12 = self._p22 = 0.0
         self._a11 = self._a12 = self._a22 = 0.0  # same for (attitude error, rate) per body axis
 
-    def set_rate_command(self, stamp_ns: int, body_rate_radps: Sequence[float]) -> None:
+    def set_rate_command(
+        self, stamp_ns: int, body_rate_radps: Sequence[float] | np.ndarray
+    ) -> None:
         """The body rates (3,) rad/s FLU commanded at ``stamp_ns`` (the clock of the mocap
         stamps); used by the rate prediction until ``command_timeout_s`` after it. A
         non-finite command is ignored (counted)."""

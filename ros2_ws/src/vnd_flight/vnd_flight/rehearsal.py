@@ -16,7 +16,7 @@ how the controller, safety filter, planner and counters keep their state) and pu
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -25,10 +25,8 @@ _Value = TypeVar("_Value")
 
 def _copied(value: _Value) -> _Value:
     """A copy of a mutable container attribute; immutable values and objects as they are."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, (list, dict, set)):
-        return value.copy()
+    if isinstance(value, (np.ndarray, list, dict, set)):
+        return cast(_Value, value.copy())
     return value
 
 

@@ -177,7 +177,7 @@ class SafetyFilter:
         self._advance_mode(now_ns, faults, odom_good)
         raw = self._command(now_ns, dt_s, odom_good, action)
         if raw is None:  # IDLE or DISARMED: motors off, no slew limit on cutting thrust
-            out, limits = np.zeros(ACTION_DIM), []
+            out, limits = np.zeros(ACTION_DIM), list[str]()
         else:
             out, limits = self._limit(np.asarray(raw, dtype=float))
         for reason in (*faults, *limits):
@@ -209,7 +209,7 @@ class SafetyFilter:
         if self._odom_state is None:
             return None
         if not self.blind.started:
-            self.blind.start(self._odom_state, self._odom_stamp_ns)
+            self.blind.start(*self._good_odometry())
         return self.blind.predict(now_ns)
 
     def pop_mode_changes(self) -> list[ModeChange]:
@@ -298,7 +298,7 @@ class SafetyFilter:
     ) -> list[str]:
         """Geofence always; the policy envelope while the policy flies or is about to.
         ``action``: the policy's action, None when missing or malformed (already a fault)."""
-        state = self._odom_state
+        state, _ = self._good_odometry()
         faults = []
         fence = self._envelope.outside_fence(state)
         if fence is not None:
@@ -325,6 +325,13 @@ class SafetyFilter:
                 detail = f"after {self.suspended.reason}: {self.suspended.detail}"
             parts.append(f"{reason} ({detail})" if detail else reason)
         return ", ".join(parts)
+
+    def _good_odometry(self) -> tuple[np.ndarray, int]:
+        """The last good odometry: state (13,) and stamp [ns]. Called only once there is one
+        (the odometry checks fault without it, and the fallback modes start from POLICY)."""
+        if self._odom_state is None or self._odom_stamp_ns is None:
+            raise RuntimeError("safety filter: no good odometry yet")
+        return self._odom_state, self._odom_stamp_ns
 
     # ------------------------------------------------------------------ mode machine
 
@@ -384,7 +391,7 @@ class SafetyFilter:
 
     def _touched_down(self, now_ns: int) -> bool:
         """True once resting on the floor for ``touchdown_time_s``."""
-        if not_resting_reason(self._odom_state, self.config) is not None:
+        if not_resting_reason(self._good_odometry()[0], self.config) is not None:
             self._landed_since_ns = None
             return False
         if self._landed_since_ns is None:
@@ -411,8 +418,9 @@ class SafetyFilter:
             return self._blind(now_ns)
         self.blind.stop()
         self._blind_since_ns = None
-        state = self._odom_state
+        state, _ = self._good_odometry()
         if self.mode == Mode.FALLBACK_HOLD:
+            assert self.hold_setpoint is not None  # set on entering hold (from POLICY, on odometry)
             return self.controller.command(state, self.hold_setpoint)
         if not self._planner_started:
             self._planner.start(state[POS], yaw_of(state[QUAT]))
@@ -425,14 +433,14 @@ class SafetyFilter:
         if self._odom_state is None:  # never had odometry: nothing to fly on
             return np.zeros(ACTION_DIM)
         if not self.blind.started:  # (the policy may have flown on the prediction already)
-            self.blind.start(self._odom_state, self._odom_stamp_ns)
+            self.blind.start(*self._good_odometry())
         if self._blind_since_ns is None:
             self._blind_since_ns = now_ns
         predicted = self.blind.predict(now_ns)
         c = self.config
         levelling = now_ns - self._blind_since_ns < c.blind_level_s * NS_PER_S
         climb_mps = 0.0 if levelling else -c.blind_descent_mps
-        cancel = -np.asarray(self.blind.disturbance.accel_mps2(predicted[VEL]))
+        cancel: np.ndarray = -np.asarray(self.blind.disturbance.accel_mps2(predicted[VEL]))
         velocity = np.array([0.0, 0.0, climb_mps])
         setpoint = Setpoint(predicted[POS], velocity, self._blind_yaw_rad, cancel)
         if predicted[2] <= c.floor_z_m:  # blind hold or landing: there is no going back up

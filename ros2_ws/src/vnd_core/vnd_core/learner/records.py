@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class TickRecords:
 
     def __post_init__(self) -> None:
         for name, (dtype, tail) in _LAYOUT.items():
-            value = np.asarray(getattr(self, name), dtype=dtype)
+            value: np.ndarray = np.asarray(getattr(self, name), dtype=dtype)
             if value.ndim != 1 + len(tail) or value.shape[1:] != tail:
                 raise ValueError(
                     f"TickRecords.{name} must have shape (N{''.join(f', {d}' for d in tail)}), "
@@ -71,17 +72,18 @@ class TickRecords:
 
     def take(self, index: np.ndarray | slice) -> TickRecords:
         """The rows selected by ``index`` (integer array, boolean mask or slice)."""
-        return TickRecords(
-            **{
-                f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[index]
-                for f in fields(self)
-            }
-        )
+        columns: dict[str, Any] = {
+            f.name: None if getattr(self, f.name) is None else getattr(self, f.name)[index]
+            for f in fields(self)
+        }
+        return TickRecords(**columns)
 
     @classmethod
     def empty(cls, with_condition: bool = False) -> TickRecords:
         """A batch of zero ticks."""
-        arrays = {name: np.zeros((0, *tail), dtype) for name, (dtype, tail) in _LAYOUT.items()}
+        arrays: dict[str, Any] = {
+            name: np.zeros((0, *tail), dtype) for name, (dtype, tail) in _LAYOUT.items()
+        }
         return cls(**arrays, condition=np.zeros(0, np.str_) if with_condition else None)
 
     @classmethod

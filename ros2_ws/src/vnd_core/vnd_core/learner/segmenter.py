@@ -10,6 +10,7 @@ no meaningful command.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -34,7 +35,7 @@ def split_runs(
     if n == 0:
         return []
     step_ns = np.diff(stamp_ns.astype(np.int64))
-    max_step_ns = gap_factor * period_s * 1e9
+    max_step_ns = math.floor(gap_factor * period_s * 1e9)  # integer steps: same comparison
     breaks = (step_ns > max_step_ns) | (step_ns <= 0) | (np.diff(mode.astype(np.int64)) != 0)
     edges = np.concatenate([[0], np.flatnonzero(breaks) + 1, [n]])
     return [slice(int(a), int(b)) for a, b in itertools.pairwise(edges) if mode[a] == learn_mode]

@@ -72,8 +72,12 @@ class SimulatedFlight:
         """Fly ``duration_s`` more seconds with the current bundle."""
         n_ticks = round(duration_s / CONTROL_PERIOD_S)
         bundle, runner, plant = self._bundle, self._runner, self.plant
+        if bundle is None or runner is None:
+            raise RuntimeError("SimulatedFlight.fly before set_bundle")
         trajectory = self.scenario.trajectory(1)
-        rows = {k: [] for k in ("stamp", "state", "action", "enc", "cond", "t", "err", "valid")}
+        rows: dict[str, list] = {
+            k: [] for k in ("stamp", "state", "action", "enc", "cond", "t", "err", "valid")
+        }
         for _ in range(n_ticks):
             t_s = plant.time_s
             stamp_ns = round(t_s * 1e9)

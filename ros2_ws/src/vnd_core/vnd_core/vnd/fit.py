@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -63,7 +64,7 @@ class FitConfig:
             raise ValueError(f"lr must be > 0, got {self.lr}")
 
     @classmethod
-    def quick(cls, **overrides: float) -> FitConfig:
+    def quick(cls, **overrides: Any) -> FitConfig:
         """A configuration that fits a few thousand ticks in about a second of one CPU core."""
         return cls(**{"steps": 60, "batch_size": 64, **overrides})
 

@@ -20,7 +20,10 @@ IMQ_SCALES = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 def _imq_kernel(sq_dist: torch.Tensor, latent_dim: int, scales: Sequence[float]) -> torch.Tensor:
     """Sum over scales of C / (C + d^2) with C = 2 nz s; sq_dist (N, M) -> (N, M)."""
     base = 2.0 * latent_dim
-    return sum(base * s / (base * s + sq_dist) for s in scales)
+    total = torch.zeros_like(sq_dist)
+    for s in scales:
+        total = total + base * s / (base * s + sq_dist)
+    return total
 
 
 def mmd_imq(x: torch.Tensor, y: torch.Tensor, scales: Sequence[float] = IMQ_SCALES) -> torch.Tensor:
@@ -100,7 +103,7 @@ def velocity_sensitivity_penalty(
     # per-op overhead that dominates a fit step of this small network).
     x = inputs.detach().expand(3, *inputs.shape).clone().requires_grad_(True)  # (3, ..., 16)
     dv = correction(x)[..., 6:9]  # (3, ..., 3)
-    own = sum(dv[i, ..., i].sum() for i in range(3))
+    own = dv[0, ..., 0].sum() + dv[1, ..., 1].sum() + dv[2, ..., 2].sum()
     (rows,) = torch.autograd.grad(own, x, create_graph=True)  # row i of every Jacobian
     scale = x.new_zeros(x.shape[-1])
     scale[0:3] = 1.0  # velocity (per tick)

@@ -35,12 +35,13 @@ def ctbr_to_attitude_target(
     sample: CtbrSample, thrust_model: ThrustModel, stamp_ns: int
 ) -> AttitudeTargetFields:
     """AttitudeTarget for ``sample`` (FLU rates, thrust in N) stamped ``stamp_ns`` [ns]."""
+    roll, pitch, yaw = (float(v) for v in sample.body_rate_flu_radps)
     return AttitudeTargetFields(
         stamp_ns=stamp_ns,
         frame_id=BODY_FRAME_ID,
         type_mask=IGNORE_ATTITUDE,
         orientation_wxyz=IDENTITY_WXYZ,
-        body_rate_flu_radps=tuple(float(v) for v in sample.body_rate_flu_radps),
+        body_rate_flu_radps=(roll, pitch, yaw),
         thrust=thrust_model.normalized(sample.thrust_n),
     )
 

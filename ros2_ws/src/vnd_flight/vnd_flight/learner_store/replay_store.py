@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mcap.exceptions import McapError
 from mcap.reader import NonSeekingReader, SeekingReader
-from rosbags.interfaces import Qos
+from rosbags.interfaces import Connection, Qos
 from vnd_core.bagfile import (
     BagFileError,
     DurableBagWriter,
@@ -133,7 +133,7 @@ class ReplayStore:
         self._keys: set[Hashable] = set()
         self._next_index = 1
         self._writer: DurableBagWriter | None = None
-        self._connection = None
+        self._connection: Connection | None = None
         self._open_count = 0  # messages in the open segment
         self._opened_at_s = 0.0
         self._is_open = False
@@ -207,7 +207,7 @@ class ReplayStore:
             return False
         if self._writer is None:
             self._start_segment()
-        assert self._writer is not None
+        assert self._writer is not None and self._connection is not None
         self._writer.write(self._connection, int(stamp_ns), data)
         self._keys.add(key)
         self._open_count += 1
@@ -251,7 +251,8 @@ class ReplayStore:
 
     def _scan(self) -> tuple[list[tuple[int, Path]], list[tuple[int, Path]]]:
         """(complete, broken) segments as (index, path), each sorted by index."""
-        complete, broken = [], []
+        complete: list[tuple[int, Path]] = []
+        broken: list[tuple[int, Path]] = []
         for path in sorted(self.root.iterdir()):
             match = _SEGMENT_RE.match(path.name)
             if not match or not path.is_dir():
@@ -290,6 +291,7 @@ class ReplayStore:
 
     def _write_closed_segment(self, messages: list[StoredMessage]) -> None:
         writer = self._new_writer()
+        assert self._connection is not None  # _new_writer adds the topic's connection
         for message in messages:
             writer.write(self._connection, message.stamp_ns, message.data)
         writer.close()
