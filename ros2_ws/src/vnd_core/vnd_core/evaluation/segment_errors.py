@@ -88,7 +88,7 @@ def plot_segment_errors(
             ax.set_title(f"{label} after {horizon} steps", fontsize=9)
     for ax in axes[-1]:
         ax.set_xlabel("segment")
-    axes[0][0].legend()
+    axes[0][0].legend(fontsize=8)
     fig.suptitle(f"open-loop errors, residual components: {components}", fontsize=10)
     fig.tight_layout()
     path = Path(path)

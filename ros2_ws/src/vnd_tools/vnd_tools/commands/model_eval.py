@@ -35,6 +35,7 @@ from vnd_core.vnd.model import VNDModel
 from vnd_tools.logimport.checks import check_replay_input
 
 HORIZONS = (1, 10, 50)
+CELL_WIDTH = 17  # characters of one "prior / model" cell of the table
 GAP_FACTOR = 1.5  # a stamp step above this many control periods breaks a run (as the learner)
 
 
@@ -165,7 +166,8 @@ def error_table(overall: dict, per_segment: list[dict]) -> str:
     segment and horizon; ``overall`` is what :func:`open_loop_errors` returns, ``per_segment``
     the entries of :func:`segment_errors`."""
     heads = [k.removesuffix("_rad") + "_deg" if k.endswith("_rad") else k for k in ERROR_KINDS]
-    lines = ["  ".join([f"{'segment':>8}", f"{'H':>3}", f"{'windows':>7}", *heads])]
+    lines = ["  ".join([f"{'segment':>8}", f"{'H':>3}", f"{'windows':>7}"])]
+    lines[0] += "".join(f"  {head:>{CELL_WIDTH}}" for head in heads)
     rows = [(str(e["segment"]), e) for e in per_segment]
     windows = overall["num_windows"]
     rows.append(("all", {h: {**e, "windows": windows[h]} for h, e in overall["errors"].items()}))
@@ -174,7 +176,7 @@ def error_table(overall: dict, per_segment: list[dict]) -> str:
             errors = entry.get(str(horizon))
             if errors is None:
                 continue
-            cells = [_cell(errors, kind) for kind in ERROR_KINDS]
+            cells = "".join(f"  {_cell(errors, kind):>{CELL_WIDTH}}" for kind in ERROR_KINDS)
             count = f"{errors['windows']:>7}"
-            lines.append("  ".join([f"{name:>8}", f"{horizon:>3}", count, *cells]))
+            lines.append("  ".join([f"{name:>8}", f"{horizon:>3}", count]) + cells)
     return "\n".join(lines)

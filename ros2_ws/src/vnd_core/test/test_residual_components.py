@@ -1,0 +1,92 @@
+"""The residual components a model is used with, and the rotation gate of a learner that
+would train its policy against the full residual.
+
+Data: synthetic calm flight (the prior's own physics with random smooth commands, so every
+window is calm), in which the prior predicts the attitude exactly. A model whose residual is
+about zero passes the rotation gate; the same model with a constant rotational correction (a
+drift of the kind a rate-loop lag fitted from motion capture gives) is rejected, the reason
+naming the model's and the prior's figures. With the translational components (the default)
+the attitude is the prior's and the gate has nothing to check.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from vnd_core.learner.validation import ValidationConfig, rotation_worse_than_prior
+from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd import TransitionDataset, VNDModel, VNDModelConfig
+from vnd_core.vnd.components import SUMMARY_KEY, compose, recorded_components
+from vnd_core.vnd.features import RES_ROT, apply_residual
+from vnd_core.vnd.metrics import window_errors
+from vnd_core.vnd.synthetic import two_condition_segments
+
+VEHICLE = load_vehicle("agile")
+CALM = (0.0, 0.0, 0.0)
+
+
+@pytest.fixture(scope="module")
+def calm():
+    """(model with ~zero residual and fitted statistics, calm dataset of 8 x 120 ticks)."""
+    torch.manual_seed(0)
+    model = VNDModel(VEHICLE, VNDModelConfig(action_delay_ticks=0)).eval()
+    dataset = TransitionDataset(
+        model.prior, two_condition_segments(model.prior, CALM, CALM, 4, 120)
+    )
+    model.fit_normalizers(dataset)
+    return model, dataset
+
+
+def _drifting(model: VNDModel, rad_per_tick: float) -> VNDModel:
+    """``model`` with a constant roll correction of ``rad_per_tick`` each step."""
+    drifting = copy.deepcopy(model)
+    head = [m for m in drifting.residual.head.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        bias = torch.zeros(12)
+        bias[RES_ROT.start] = rad_per_tick
+        head.bias.copy_(bias / drifting.residual.target_std)
+    return drifting
+
+
+def test_a_model_near_the_prior_passes_the_rotation_gate(calm):
+    model, dataset = calm
+    reason, figures = rotation_worse_than_prior(model, dataset, ValidationConfig(), "full")
+    assert reason is None, reason
+    assert figures["calm_windows"] > 0 and figures["horizon"] == 50
+    assert figures["model_tilt_deg"] == pytest.approx(figures["prior_tilt_deg"], abs=0.5)
+
+
+def test_a_drifting_rotational_residual_is_rejected_with_its_figures(calm):
+    model, dataset = calm
+    drifting = _drifting(model, 0.005)  # 0.25 rad of roll over 50 steps
+    reason, figures = rotation_worse_than_prior(drifting, dataset, ValidationConfig(), "full")
+    assert reason is not None
+    assert figures["model_tilt_deg"] > figures["prior_tilt_deg"] + 5.0, figures
+    assert f"tilt error {figures['model_tilt_deg']:.2f} deg" in reason
+    assert f"(prior {figures['prior_tilt_deg']:.2f} deg)" in reason
+    assert f"{figures['calm_windows']} replay windows" in reason
+    # the policy trains against the translational part only: the drift never reaches it
+    assert rotation_worse_than_prior(drifting, dataset, ValidationConfig()) == (None, {})
+
+
+def test_the_translational_set_keeps_the_prior_attitude_and_rates(calm):
+    model, dataset = calm
+    drifting = _drifting(model, 0.005)
+    starts = dataset.window_starts(model.context_len, 10)
+    translational = window_errors(drifting, dataset, starts, 10)
+    full = window_errors(drifting, dataset, starts, 10, "full")
+    assert translational["model"]["tilt_rad"] == pytest.approx(translational["prior"]["tilt_rad"])
+    assert full["model"]["tilt_rad"] > 10 * full["prior"]["tilt_rad"] + 1e-3
+    predicted, residual = dataset.tensors()["next"][:5], torch.randn(5, 12)
+    torch.testing.assert_close(
+        compose(predicted, residual, "full"), apply_residual(predicted, residual)
+    )
+
+
+def test_a_bundle_records_its_components_or_means_the_default():
+    assert recorded_components({}) == "translational"
+    assert recorded_components({SUMMARY_KEY: "full"}) == "full"
+    with pytest.raises(ValueError, match="'rotational'"):
+        recorded_components({SUMMARY_KEY: "rotational"})
