@@ -23,6 +23,7 @@ from vnd_core.evaluation.continual_loop import RunResult
 from vnd_core.learner import to_segments
 from vnd_core.recovery import moving_rmse, recovery
 from vnd_core.scenario import Scenario
+from vnd_core.vnd.components import recorded_components
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.metrics import latent_knn_accuracy, open_loop_errors
 
@@ -116,7 +117,10 @@ def _holdout_errors(model, run: RunResult, after_s: float | None) -> dict | None
     dataset = TransitionDataset(model.prior, segments, model.config.action_delay_ticks)
     if dataset.num_segments == 0 or len(dataset.window_starts(model.context_len, 50)) == 0:
         return None
-    errors = open_loop_errors(model, dataset)
+    # scored with the residual components the run's policy trained against
+    errors = open_loop_errors(
+        model, dataset, components=recorded_components(run.final_bundle.summary)
+    )
     errors["ticks"] = dataset.num_transitions
     return errors
 
