@@ -1,13 +1,14 @@
 """Continual improvement on recurring_wind in simulated time, without the middleware.
 
 Flies ``recurring_wind`` (calm, wind A, calm, wind B, wind A) on the true plant with the VND
-learner of ``make demo`` (preset ``standard``) through :func:`run_method`: each update's bundle
-flies ``--update-delay`` seconds after the update starts (45 s: what an update takes beside the
-running stack on a 2-core machine), so the timing matches the demo while the figures do not
-depend on the machine's load. Per seed: the RMSE and recovery of every phase and how much lower
-the second wind-A phase is than the first. Prints one JSON object last: ``improvement_pct``
-(per seed), ``improvement_pct_mean``, ``phases`` (per seed), ``updates`` (accepted / run, per
-seed).
+learner of ``make demo`` (preset ``standard``, ``--learner-param`` to change fields) through
+:func:`run_method`, and the base bundle beside it. Each update's bundle flies after the compute
+it took (its CPU time over the learner's core share beside the stack, as ``vnd eval`` charges
+it), or ``--update-delay`` seconds after it starts. Per seed: the RMSE of every phase (whole and
+settled: its second half), recovery, the first bundle landing in the phase, how much lower the
+second wind-A phase is than the first and than the base bundle's, model updates and policy
+improvements. Prints one JSON object last: ``improvement_pct`` and ``below_base_pct`` (per
+seed, with means), ``phases`` and ``base_phases`` (per seed), ``updates`` (per seed).
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ import sys
 import numpy as np
 import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path
-from vnd_core.evaluation.continual_loop import VNDMethod, run_method
+from vnd_core.evaluation.continual_loop import (
+    KIND_MODEL,
+    KIND_POLICY,
+    LEARNER_CPU_SHARE,
+    Method,
+    VNDMethod,
+    run_method,
+)
 from vnd_core.learner import LearnerConfig
+from vnd_core.learner.settings import parse_assignments, with_overrides
 from vnd_core.recovery import recovery
 from vnd_core.scenario import load_scenario
 
@@ -30,59 +39,129 @@ def phase_rmse(
     error_m: np.ndarray,
     spans: list[tuple[str, float, float]],
     period_s: float | None,
+    landed_s: list[float] = (),
 ) -> list[dict]:
-    """RMSE and recovery (:mod:`vnd_core.recovery`, as in ``vnd fly`` reports) of ``error_m``
-    over each (name, start_s, end_s) span; ``period_s`` is the reference's period."""
+    """RMSE (whole phase and its second half), recovery (:mod:`vnd_core.recovery`, as in
+    ``vnd fly`` reports) of ``error_m`` over each (name, start_s, end_s) span, and the time
+    from the phase's start to the first of ``landed_s`` (bundles taking over) inside it;
+    ``period_s`` is the reference's period."""
     rows = []
     for name, start_s, end_s in spans:
         inside = (time_s > start_s) & (time_s <= end_s)
-        rmse = float(np.sqrt(np.mean(error_m[inside] ** 2)))
+        settled = inside & (time_s > 0.5 * (start_s + end_s))
         rec = recovery(time_s[inside], error_m[inside], start_s, end_s, period_s)
+        first = [t - start_s for t in landed_s if start_s < t <= end_s]
         rows.append(
             {
                 "name": name,
                 "start_s": start_s,
                 "end_s": end_s,
-                "rmse_m": round(rmse, 4),
+                "rmse_m": round(_rms(error_m[inside]), 4),
+                "settled_rmse_m": round(_rms(error_m[settled]), 4),
                 "recovery_s": round(rec.recovery_s, 2) if rec is not None else None,
+                "first_bundle_s": round(first[0], 2) if first else None,
             }
         )
     return rows
+
+
+def _rms(values: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(values**2))) if len(values) else float("nan")
 
 
 def main() -> int:
     """Fly every seed, print per-phase RMSE and the JSON figure."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3, help="plant and learner seeds 0..N-1")
-    parser.add_argument("--update-delay", type=float, default=45.0, help="update delay [s]")
+    parser.add_argument(
+        "--update-delay",
+        type=float,
+        default=None,
+        help="fixed update delay [s] (default: CPU time / the learner's core share)",
+    )
+    parser.add_argument(
+        "--learner-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="replace a field of the standard learner preset, e.g. improvement.enabled=false",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    config = with_overrides(
+        LearnerConfig.standard(), parse_assignments(args.learner_param), "--learner-param"
+    )
     base = load_bundle(shipped_bundle_path())
     scenario = load_scenario("recurring_wind")
     spans = scenario.phase_spans()
-    result: dict = {"improvement_pct": [], "phases": [], "updates": []}
+    period_s = scenario.reference.repeat_period_s()
+    result: dict = {
+        "improvement_pct": [],
+        "below_base_pct": [],
+        "phases": [],
+        "base_phases": [],
+        "updates": [],
+    }
     for seed in range(args.seeds):
-        method = VNDMethod(base, LearnerConfig.standard())
-        run = run_method(method, scenario, seed, update_delay_s=args.update_delay)
-        phases = phase_rmse(run.time_s, run.error_m, spans, scenario.reference.repeat_period_s())
+        base_run = run_method(Method("base", base), scenario, seed)
+        base_phases = phase_rmse(base_run.time_s, base_run.error_m, spans, period_s)
+        run = run_method(VNDMethod(base, config), scenario, seed, update_delay_s=args.update_delay)
+        landed = [u.applied_s for u in run.updates if u.accepted]
+        phases = phase_rmse(run.time_s, run.error_m, spans, period_s, landed)
         wind_a = [p["rmse_m"] for p in phases if p["name"] == "wind_a"]
         improvement = 100.0 * (1.0 - wind_a[-1] / wind_a[0])
-        accepted = sum(u.accepted for u in run.updates)
+        below_base = 100.0 * (1.0 - wind_a[-1] / base_phases[-1]["rmse_m"])
+        updates = _update_counts(run.updates)
         print(
             f"seed {seed}: "
-            + "  ".join(f"{p['name']} {p['rmse_m']:.3f}" for p in phases)
-            + f"  -> second wind_a {improvement:.0f}% lower, "
-            + f"recovery {phases[-1]['recovery_s']} s; {accepted}/{len(run.updates)} "
-            "updates accepted",
+            + "  ".join(
+                f"{p['name']} {p['rmse_m']:.3f} (settled {p['settled_rmse_m']:.3f}, base "
+                f"{b['rmse_m']:.3f})"
+                for p, b in zip(phases, base_phases, strict=True)
+            )
+            + f"  -> second wind_a {improvement:.0f}% below the first, {below_base:.0f}% below "
+            f"base; recovery {phases[-1]['recovery_s']} s; {updates}",
             file=sys.stderr,
         )
         result["improvement_pct"].append(round(improvement, 1))
+        result["below_base_pct"].append(round(below_base, 1))
         result["phases"].append(phases)
-        result["updates"].append({"accepted": accepted, "run": len(run.updates)})
-    result["improvement_pct_mean"] = round(float(np.mean(result["improvement_pct"])), 1)
-    result["update_delay_s"] = args.update_delay
+        result["base_phases"].append(base_phases)
+        result["updates"].append(updates)
+        result.setdefault("markers", []).append(
+            [
+                {
+                    "kind": u.kind,
+                    "requested_s": round(u.requested_s, 2),
+                    "applied_s": round(u.applied_s, 2),
+                    "cpu_s": round(u.cpu_s, 2),
+                    "accepted": u.accepted,
+                    "reason": u.reason[:80],
+                }
+                for u in run.updates
+            ]
+        )
+    for key in ("improvement_pct", "below_base_pct"):
+        result[f"{key}_mean"] = round(float(np.mean(result[key])), 1)
+    result["update_delay"] = (
+        f"CPU time / {LEARNER_CPU_SHARE}" if args.update_delay is None else args.update_delay
+    )
+    result["learner_params"] = args.learner_param
     print(json.dumps(result))
     return 0
+
+
+def _update_counts(updates: list) -> dict:
+    """Model updates and policy improvement rounds run and accepted, with their CPU time."""
+    counts: dict = {}
+    for kind in (KIND_MODEL, KIND_POLICY):
+        mine = [u for u in updates if u.kind == kind]
+        counts[kind] = {
+            "run": len(mine),
+            "accepted": sum(u.accepted for u in mine),
+            "cpu_s": round(sum(u.cpu_s for u in mine), 1),
+        }
+    return counts
 
 
 if __name__ == "__main__":

@@ -253,6 +253,8 @@ TINY_LEARNER = {
         "hover_max_dev_m": 1e6,
         "behaviour_check": False,  # the untrained test policies cannot hover
     },
+    # these tests count model updates; policy improvement rounds have a test of their own
+    "improvement": {"enabled": False},
 }
 
 

@@ -133,6 +133,67 @@ def test_update_killed_midway_resumes_and_publishes_a_bundle_late_joiners_receiv
     assert typed["preset"] == "standard" and typed["learner"]["trainer"]["iterations"] == 4
 
 
+def test_policy_improvements_between_model_updates_are_published_and_counted(
+    tmp_path: Path,
+    start_learner,
+    replay_publisher,
+    listen,
+    make_bundle,
+    tiny_learner_params,
+) -> None:
+    """After its model update the worker keeps training the policy on the same model; a round
+    that beats the active policy becomes a new version with the model update's model, counted
+    in LearnerStatus apart from model updates and registered with its kind."""
+    import json
+    import time
+
+    import torch
+    from vnd_core.bundle import load_bundle, save_bundle
+    from vnd_ros.qos import qos_profile_model
+
+    base = save_bundle(make_bundle(1), tmp_path / "base.safetensors")
+    run_dir = tmp_path / "run"
+    params = {
+        "run_dir": str(run_dir),
+        "bundle": str(base),
+        **tiny_learner_params,
+        "improvement.enabled": "true",
+        "improvement.round_iterations": "5",
+        "improvement.learning_rate": "0.001",
+        "improvement.min_gain_frac": "0.0",
+    }
+    status = listen(STATUS, "vnd/learner/status", qos_profile_status)
+    bundles = listen("vnd_msgs/msg/ModelBundle", "vnd/model", qos_profile_model)
+    learner = start_learner(**params)
+    learner.wait_line("learner ready")
+    replay_publisher.publish_records(flight_records(make_bundle), time.time_ns())
+    improved = status.wait_for(lambda s: s.improvements_accepted >= 1, 120)
+    assert improved.updates_accepted == 1 and improved.latest_version >= 3
+    assert "policy improvement" in learner.wait_line("(policy improvement took")
+
+    by_version = {m.version: load_bundle(bytes(m.payload)) for m in bundles.messages}
+    model_update, first_round = by_version[2], by_version[3]
+    assert first_round.parent_version == 2 and first_round.parent_sha256 == model_update.sha256
+    for a, b in zip(
+        model_update.model.state_dict().values(),
+        first_round.model.state_dict().values(),
+        strict=True,
+    ):
+        assert torch.equal(a, b)  # the same model ...
+    moved = [
+        not torch.equal(a, b)
+        for a, b in zip(
+            model_update.policy.state_dict().values(),
+            first_round.policy.state_dict().values(),
+            strict=True,
+        )
+    ]
+    assert any(moved)  # ... and a policy trained further
+    index = json.loads((run_dir / "bundles" / "index.json").read_text())["bundles"]
+    kinds = {e["version"]: e["metrics"].get("kind", "model") for e in index}
+    assert kinds[2] == "model" and kinds[3] == "policy"
+
+
 def test_restart_resumes_from_registry_and_survives_worker_and_node_kills(
     tmp_path: Path, start_learner, listen, make_bundle, tiny_learner_file, wait_gone, middleware
 ) -> None:

@@ -4,8 +4,9 @@ recovery of a bag a crash left unfinished, and its messages, raw or deserialised
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,31 @@ def read_raw(
     path: str | Path, topics: Sequence[str] | None = None
 ) -> Iterator[tuple[str, str, int, bytes]]:
     """``(topic, msgtype, stamp_ns, cdr_bytes)`` in time order; ``topics`` filters."""
+    for connection, stamp_ns, data in _records(path, topics):
+        yield connection.topic, connection.msgtype, stamp_ns, data
+
+
+def read_messages(
+    path: str | Path, topics: Sequence[str] | None = None
+) -> Iterator[tuple[str, str, int, Any]]:
+    """``(topic, msgtype, stamp_ns, message)`` in time order, as active-backend messages.
+
+    A topic recorded with another definition of its type than this install's (the RIHS01
+    hash the bag stores differs) is decoded with the definition stored in the bag, then carried
+    into this install's message class field by field: fields the recorded definition lacks
+    keep their defaults, fields this install lacks are dropped. So bags recorded before a
+    message gained a field still replay and report.
+    """
+    decoders: dict[int, Callable[[bytes], Any]] = {}
+    for connection, stamp_ns, data in _records(path, topics):
+        decode = decoders.get(connection.id)
+        if decode is None:
+            decode = decoders[connection.id] = _decoder(connection)
+        yield connection.topic, connection.msgtype, stamp_ns, decode(data)
+
+
+def _records(path: str | Path, topics: Sequence[str] | None) -> Iterator[tuple[Any, int, bytes]]:
+    """``(rosbags connection, stamp_ns, cdr_bytes)`` in time order; ``topics`` filters."""
     reader = _open_reader(path)
     try:
         wanted = None if topics is None else {_absolute(topic) for topic in topics}
@@ -155,14 +181,40 @@ def read_raw(
             raise BagError(f"bag {path} has no topic {', '.join(sorted(missing))}")
         connections = [c for c in reader.connections if wanted is None or c.topic in wanted]
         for connection, stamp_ns, data in reader.messages(connections=connections):
-            yield connection.topic, connection.msgtype, stamp_ns, bytes(data)
+            yield connection, stamp_ns, bytes(data)
     finally:
         reader.close()
 
 
-def read_messages(
-    path: str | Path, topics: Sequence[str] | None = None
-) -> Iterator[tuple[str, str, int, Any]]:
-    """``(topic, msgtype, stamp_ns, message)`` in time order, as active-backend messages."""
-    for topic, msgtype, stamp_ns, data in read_raw(path, topics):
-        yield topic, msgtype, stamp_ns, messages.deserialize(msgtype, data)
+def _decoder(connection: Any) -> Callable[[bytes], Any]:
+    """CDR bytes of ``connection`` -> an active-backend message (see :func:`read_messages`)."""
+    msgtype = connection.msgtype
+    recorded = connection.digest or ""
+    current = _type_hash_or_empty(msgtype)
+    if not recorded.startswith("RIHS01_") or recorded == current or connection.msgdef is None:
+        return lambda data: messages.deserialize(msgtype, data)
+    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
+
+    store = get_typestore(Stores.EMPTY)
+    try:
+        store.register(get_types_from_msg(connection.msgdef.data, msgtype))
+    except Exception as err:  # the parser raises several types: name the topic once
+        raise BagError(
+            f"topic {connection.topic}: the bag's definition of {msgtype} cannot be read: {err}"
+        ) from err
+    return lambda data: _carried(store.deserialize_cdr(data, msgtype), msgtype)
+
+
+def _carried(recorded: Any, msgtype: str) -> Any:
+    """The rosbags message ``recorded`` as this install's ``msgtype`` message."""
+    msg = messages.get_message(msgtype)()
+    for name in (f.name for f in dataclasses.fields(recorded) if not f.name.isupper()):
+        if name == "__msgtype__" or not hasattr(msg, name):
+            continue
+        value = getattr(recorded, name)
+        if hasattr(value, "__msgtype__"):
+            value = _carried(value, value.__msgtype__)
+        elif isinstance(value, list) and value and hasattr(value[0], "__msgtype__"):
+            value = [_carried(item, item.__msgtype__) for item in value]
+        setattr(msg, name, value)
+    return msg

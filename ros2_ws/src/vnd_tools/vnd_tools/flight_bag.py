@@ -31,6 +31,7 @@ def write_report(run_dir: Path) -> str:
     summary table."""
     from vnd_tools import flight_report as fr
     from vnd_tools import flight_report_files
+    from vnd_tools.base_reference import against_base, base_phases
 
     meta = json.loads((run_dir / META_FILE).read_text())
     inputs = read_flight(run_dir / "bag", meta["vehicle"])
@@ -73,6 +74,10 @@ def write_report(run_dir: Path) -> str:
         extra=extra,
         reference_period_s=period_s,
     )
+    phases = [fr.PhaseResult(**_phase_fields(p)) for p in report.data["phases"]]
+    base = base_phases(meta, spans, period_s)
+    report.data["base_phases"] = [p.as_json() for p in base]
+    report.data["against_base"] = against_base(phases, base)
     title = f"vnd fly: {meta['scenario']} ({run_dir.name})"
     flight_report_files.write_json(report, run_dir / "report.json")
     flight_report_files.write_markdown(report, run_dir / "report.md", title)
@@ -93,6 +98,32 @@ class FlightInputs:
     final_nodes: dict[str, dict]  # node -> final status summary
     final_learner: dict | None  # final learner status summary
     crash_stamp_ns: int | None  # first sim status saying the vehicle crashed (None: it did not)
+
+
+def _learner_summary(status: Any) -> dict[str, Any]:
+    """The report's record of one vnd/learner/status message."""
+    return {
+        "state": LEARNER_STATE_NAMES.get(int(status.state), str(status.state)),
+        "ticks_stored": int(status.ticks_stored),
+        "latest_version": int(status.latest_version),
+        "updates_accepted": int(status.updates_accepted),
+        "updates_rejected": int(status.updates_rejected),
+        "improvements_accepted": int(getattr(status, "improvements_accepted", 0)),
+        "last_update_duration_s": round(float(status.last_update_duration_s), 2),
+        "message": str(status.message),
+    }
+
+
+def _node_summary(status: Any) -> dict[str, Any]:
+    """The report's record of one vnd/node_status message (its counters parsed)."""
+    return {
+        "active_version": int(status.active_version),
+        "ticks": int(status.ticks),
+        "missed_ticks": int(status.missed_ticks),
+        "latency_p50_ms": round(float(status.latency_p50_ms), 4),
+        "latency_p99_ms": round(float(status.latency_p99_ms), 4),
+        "counters": json.loads(status.counters_json or "{}"),
+    }
 
 
 def read_flight(bag: Path, vehicle: str) -> FlightInputs:
@@ -130,26 +161,10 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
                 swaps.setdefault(version, {}).setdefault(msg.node, stamp)
         elif name == "vnd/learner/status":
             learner_versions.setdefault(int(msg.latest_version), stamp)
-            final_learner = {
-                "state": LEARNER_STATE_NAMES.get(int(msg.state), str(msg.state)),
-                "ticks_stored": int(msg.ticks_stored),
-                "latest_version": int(msg.latest_version),
-                "updates_accepted": int(msg.updates_accepted),
-                "updates_rejected": int(msg.updates_rejected),
-                "improvements_accepted": int(getattr(msg, "improvements_accepted", 0)),
-                "last_update_duration_s": round(float(msg.last_update_duration_s), 2),
-                "message": str(msg.message),
-            }
+            final_learner = _learner_summary(msg)
         elif name == "vnd/node_status":
-            counters = json.loads(msg.counters_json or "{}")
-            final_nodes[msg.node] = {
-                "active_version": int(msg.active_version),
-                "ticks": int(msg.ticks),
-                "missed_ticks": int(msg.missed_ticks),
-                "latency_p50_ms": round(float(msg.latency_p50_ms), 4),
-                "latency_p99_ms": round(float(msg.latency_p99_ms), 4),
-                "counters": counters,
-            }
+            final_nodes[msg.node] = _node_summary(msg)
+            counters = final_nodes[msg.node]["counters"]
             if msg.node.endswith("/sim"):
                 if counters.get("crashed") and crash_stamp is None:
                     crash_stamp = stamp
@@ -187,6 +202,12 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
         final_learner,
         crash_stamp,
     )
+
+
+def _phase_fields(row: dict) -> dict:
+    """A report.json phase row as PhaseResult fields."""
+    keys = ("name", "start_s", "end_s", "rmse_m", "recovery_s", "steady_rmse_m", "peak_rmse_m")
+    return {**{k: row[k] for k in keys}, "samples": row["samples"]}
 
 
 def _scenario_timing(meta: dict) -> tuple[list[tuple[str, float, float]], float | None]:

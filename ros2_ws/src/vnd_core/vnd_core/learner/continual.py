@@ -68,7 +68,7 @@ from vnd_core.learner.validation import (
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, TrainerConfig
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.components import SUMMARY_KEY
+from vnd_core.vnd.components import SUMMARY_KEY, check_components
 from vnd_core.vnd.data import NO_LABEL, TransitionDataset
 from vnd_core.vnd.features import prior_error
 from vnd_core.vnd.fit import FitConfig, fit_vnd
@@ -154,6 +154,7 @@ class LearnerConfig:
         if self.min_interval_s < 0 or not 0 <= self.eviction_slack < 0.5:
             raise ValueError("min_interval_s must be >= 0 and eviction_slack within [0, 0.5)")
         self.model.validate()
+        check_components(self.residual_components)
         self.fit.validate()
         self.trainer.validate()
         self.improvement.validate()
@@ -468,14 +469,20 @@ class ContinualLearner:
             return UpdateResult(False, None, reason, 0.0, 0.0, 0.0, elapsed, {}, preempted=True)
 
     def _preempt_check(
-        self, report: _Progress, poll: Callable[[], None], judge: str, model: VNDModel | None
+        self,
+        report: _Progress,
+        poll: Callable[[], None],
+        judge: str,
+        model: VNDModel | None,
+        needed: int | None = None,
     ) -> Callable[[], bool]:
         """A :attr:`_Progress.preempt_when`: ``poll`` (it ingests the ticks that arrived), then
-        whether ``model`` (named ``judge``) leaves ``preempt_unexplained_ticks`` of them
-        unexplained (never when ``min_unexplained_ticks`` is 0: nothing is counted)."""
+        whether ``model`` (named ``judge``) leaves ``needed`` of them unexplained (default
+        ``preempt_unexplained_ticks``; never when ``min_unexplained_ticks`` is 0: nothing is
+        counted)."""
 
         c = self.config
-        needed = c.preempt_unexplained_ticks or c.min_unexplained_ticks
+        needed = needed or c.preempt_unexplained_ticks or c.min_unexplained_ticks
 
         def check() -> bool:
             poll()
@@ -508,7 +515,10 @@ class ContinualLearner:
         start = time.perf_counter()
         report = _Progress(progress)
         if poll is not None:
-            report.preempt_when = self._preempt_check(report, poll, "active", self._active.model)
+            # a round gives way as soon as a model update would start: at min_unexplained_ticks
+            report.preempt_when = self._preempt_check(
+                report, poll, "active", self._active.model, self.config.min_unexplained_ticks
+            )
         try:
             return self._improve_round(report)
         except _PreemptedError:
@@ -561,6 +571,7 @@ class ContinualLearner:
         start, cpu_start = time.perf_counter(), time.process_time()
         active, c = self._active, self.config
         metrics: dict = {"kind": "policy", "version": active.version + 1}
+        metrics[SUMMARY_KEY] = c.residual_components  # as a model update's bundle records it
         report("improve", 0.0)
         improver = self._improver_now()
         if improver is None:

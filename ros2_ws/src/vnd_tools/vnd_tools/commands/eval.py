@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from pathlib import Path
 
 import torch
@@ -47,7 +48,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--update-delay",
         default=None,
         help="simulated delay between an update's start and its bundle flying: seconds, or "
-        "'measured' for the update's wall time on this machine (default: 5 s, the update budget)",
+        "'charged' (default): the update's CPU time divided by --learner-cpu-share",
+    )
+    parser.add_argument(
+        "--learner-cpu-share",
+        type=float,
+        default=None,
+        help="share of one core the learner gets beside the flight stack (default 0.6, "
+        "measured in the demo); an update of c CPU seconds lands c / share seconds later",
     )
     parser.add_argument(
         "--learner-preset",
@@ -82,12 +90,15 @@ def _method_names(text: str) -> list[str]:
 
 
 def _parse_delay(text: str) -> float | None:
-    """'measured' -> None, else a non-negative number of seconds."""
-    if text == "measured":
+    """'charged' -> None (the CPU time charged), else a non-negative number of seconds."""
+    if text == "charged":
         return None
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
     if not value >= 0:
-        raise ValueError(f"must be 'measured' or seconds >= 0, got {text!r}")
+        raise ValueError(f"must be 'charged' or seconds >= 0, got {text!r}")
     return value
 
 
@@ -106,6 +117,13 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"vnd eval: --update-delay: {err}")
             return 2
+    if args.learner_cpu_share is not None:
+        if not 0.0 < args.learner_cpu_share <= 1.0:
+            print(
+                f"vnd eval: --learner-cpu-share must be within (0, 1], got {args.learner_cpu_share}"
+            )
+            return 2
+        overrides["learner_cpu_share"] = args.learner_cpu_share
     if args.learner_preset is not None:
         overrides["learner"] = learner_preset(args.learner_preset)
     config = EvalConfig.quick(**overrides) if args.quick else EvalConfig.full(**overrides)

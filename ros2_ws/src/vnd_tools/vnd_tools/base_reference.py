@@ -1,0 +1,65 @@
+"""The base bundle's error on a flown scenario: what the report's conditions are compared with.
+
+A learning flight is judged against the bundle it started from: the report compares the last
+occurrence of each condition with the start bundle flying the same scenario, seed and
+disturbances. That reference is flown in simulated time on the same true plant
+(:func:`vnd_core.evaluation.continual_loop.run_method`, no learning), so it costs seconds
+instead of a second flight of the stack; it has none of the stack's transport delays, which
+favours the reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from vnd_tools.flight_report import PhaseResult, phase_results
+
+
+def base_phases(
+    meta: dict[str, Any],
+    spans: Sequence[tuple[str, float, float]],
+    reference_period_s: float | None,
+) -> list[PhaseResult]:
+    """Per-phase results of the flight's start bundle on its scenario and seed (``meta``: the
+    run's flight_meta.json), flown in simulated time."""
+    import torch
+    from vnd_core.bundle import load_bundle, shipped_bundle_path
+    from vnd_core.evaluation.continual_loop import Method, run_method
+    from vnd_core.scenario import load_scenario
+
+    torch.set_num_threads(1)
+    bundle_path = (meta.get("launch_args") or {}).get("bundle") or shipped_bundle_path()
+    bundle = load_bundle(bundle_path)
+    scenario = load_scenario(meta["scenario_arg"])
+    run = run_method(Method("base", bundle), scenario, seed=int(meta.get("seed", 0)))
+    return phase_results(run.time_s, run.error_m, spans, reference_period_s)
+
+
+def against_base(
+    phases: Sequence[PhaseResult], base: Sequence[PhaseResult]
+) -> list[dict[str, Any]]:
+    """For each condition, its last occurrence in the flight against the base bundle's error
+    on that same span: ``reduction`` = 1 - flight / base (0.6 = 60 % lower)."""
+    rows = []
+    for name in dict.fromkeys(p.name for p in phases):
+        last = max(
+            (i for i, p in enumerate(phases) if p.name == name and p.rmse_m is not None),
+            default=None,
+        )
+        if last is None or base[last].rmse_m is None or not base[last].rmse_m:
+            continue
+        flight, reference = phases[last], base[last]
+        rows.append(
+            {
+                "phase": name,
+                "start_s": round(flight.start_s, 3),
+                "rmse_m": round(flight.rmse_m, 5),
+                "base_rmse_m": round(reference.rmse_m, 5),
+                "reduction": round(1.0 - flight.rmse_m / reference.rmse_m, 4),
+                "settled_rmse_m": flight.steady_rmse_m and round(flight.steady_rmse_m, 5),
+                "base_settled_rmse_m": reference.steady_rmse_m
+                and round(reference.steady_rmse_m, 5),
+            }
+        )
+    return rows
