@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from vnd_core.policy import PolicyNet
+from vnd_core.policy import ObservationBuilder, PolicyNet
 from vnd_core.reference import Trajectory
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import OMEGA, POS, QUAT, STATE_DIM, VEL, hover_state
@@ -79,6 +79,9 @@ class TrainerConfig:
     obs_noise_vel_mps: float = 0.02  # observation noise on velocity
     obs_noise_rate_radps: float = 0.05  # observation noise on body rates
     obs_noise_attitude_rad: float = 0.005  # observation noise on attitude (rotation angle)
+    # run each window's roll-out as one torch.compile graph (compiled once per process and
+    # reused by every trainer of the same shapes; the first window pays the compilation)
+    compile: bool = False
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -152,6 +155,10 @@ class PolicyTrainer:
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=self.config.learning_rate)
         self.iteration = 0
         self.noise_std = self._noise_std()
+        c = self.config
+        # lags and drag drawn as 0 leave the command and state as they are: skip their ops
+        self.has_lag = c.thrust_lag_max_s > 0.0 or c.rate_lag_max_s > 0.0
+        self.has_drag = c.drag_max_per_s > 0.0
         self.cost_weights = self._cost_weights()
         self.env = self._new_envs(self.config.num_envs)
         # stagger episodes so resets do not all land on the same window
@@ -250,34 +257,57 @@ class PolicyTrainer:
         ref_state, ref_head = self.builder.reference_features(ref)
         return ref_state.transpose(0, 1).contiguous(), ref_head.transpose(0, 1).contiguous()
 
-    def _step(
+    def _bound_dynamics(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The dynamics under this window's latents: ``step(state (B, 13), action (B, 4))``.
+
+        A dynamics carrying ``bind_latent(z) -> step`` (``anchored_dynamics``) computes what
+        depends on z alone once here instead of every tick; z is fixed through an episode.
+        """
+        z = self.env.z
+        bind = getattr(self.dynamics, "bind_latent", None)
+        if bind is not None:
+            return bind(z)
+        dynamics = self.dynamics
+        return lambda state, action: dynamics(state, action, z)
+
+    def _window_cost(
         self,
         ref_state: torch.Tensor,
         ref_head: torch.Tensor,
-        ref_state_next: torch.Tensor,
         noise: torch.Tensor,
         delay_index: torch.Tensor,
     ) -> torch.Tensor:
-        """Advance every environment one tick; returns the per-environment cost (B,).
+        """Roll every environment through the window; returns the summed cost (B,).
 
-        ``noise`` (B, 13) standard-normal draws of this tick's observation noise;
-        ``delay_index`` (B, 1, 4) command age of each environment (see :meth:`_delay_index`).
+        ``ref_state`` (H + 1, B, 13), ``ref_head`` (H + 1, B, head_dim) from
+        :meth:`_window_references`; ``noise`` (H, B, 13) standard-normal observation-noise
+        draws; ``delay_index`` (B, 1, 4) from :meth:`_delay_index`. The carried state, command
+        history and applied command advance to the window's end. With ``compile`` on, the
+        tick runs as one graph compiled once per process (:func:`compiled_tick`).
         """
-        env = self.env
-        noisy = torch.addcmul(env.state, self.noise_std, noise)
-        prev_obs = env.history[:, : self.n_prev_cols]
-        obs = self.builder.build(noisy, ref_state, ref_head, prev_obs, env.z)
-        u = self.policy.forward_normalised(obs)  # (B, 4) in [-1, 1]
-        commands = torch.cat([u, env.history], dim=1)  # ages 0..K, newest first
-        # picking the delayed command by index equals the one-hot product, with fewer ops
-        delayed = commands.view(-1, self.history_len + 1, 4).gather(1, delay_index)
-        target = self.policy.to_physical(delayed.squeeze(1))
-        applied = torch.addcmul(env.applied, env.lag_alpha, target - env.applied)
-        nxt = self.dynamics(env.state, applied, env.z)
-        nxt = torch.addcmul(nxt, env.drag, env.state, value=-1.0)  # linear drag, not in prior
-        cost = self._cost(nxt - ref_state_next, u - env.history[:, :4], nxt[:, QUAT])
-        env.state, env.applied = nxt, applied
-        env.history = commands[:, : 4 * self.history_len]
+        env, c = self.env, self.config
+        cost, env.state, env.history, env.applied = rollout_window(
+            self.policy,
+            self.builder,
+            self._bound_dynamics(),
+            WindowState(
+                state=env.state,
+                history=env.history,
+                applied=env.applied,
+                z=env.z,
+                lag_alpha=env.lag_alpha if self.has_lag else None,
+                drag=env.drag if self.has_drag else None,
+            ),
+            WindowTerms(
+                ref_state=ref_state,
+                ref_head=ref_head,
+                noise=noise * self.noise_std,
+                delay_index=delay_index,
+                cost_weights=self.cost_weights,
+            ),
+            c,
+            compiled_tick() if c.compile else window_tick,
+        )
         return cost
 
     def _delay_index(self) -> torch.Tensor:
@@ -293,23 +323,6 @@ class PolicyTrainer:
         w[POS], w[VEL], w[OMEGA] = c.w_pos, c.w_vel, c.w_rate
         return w
 
-    def _cost(self, error: torch.Tensor, du: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        """Per-environment cost (B,).
-
-        ``error`` (B, 13) state minus reference state (rates against zero), ``du`` (B, 4) change
-        of the normalised command, ``q`` (B, 4) attitude (reference heading is zero yaw).
-        """
-        c = self.config
-        sq = error.square()
-        pos_sq = sq[:, POS].sum(-1)
-        heading_sin = 2.0 * (q[:, 1] * q[:, 2] + q[:, 0] * q[:, 3])  # R10: body x towards y
-        return (
-            sq @ self.cost_weights
-            + c.w_pos_abs * torch.sqrt(pos_sq + 1e-6)
-            + c.w_smooth * du.square().sum(-1)
-            + c.w_yaw * heading_sin.square()
-        )
-
     def _learning_rate(self) -> float:
         c = self.config
         frac = min(self.iteration / max(c.iterations, 1), 1.0)
@@ -323,12 +336,7 @@ class PolicyTrainer:
         batch = self.env.state.shape[0]
         # one draw for the window: the same numbers, in the same order, as one draw per tick
         noise = self._randn(c.horizon_ticks, batch, STATE_DIM)
-        delay_index = self._delay_index()
-        total = torch.zeros(batch)
-        for h in range(c.horizon_ticks):
-            total = total + self._step(
-                ref_state[h], ref_head[h], ref_state[h + 1], noise[h], delay_index
-            )
+        total = self._window_cost(ref_state, ref_head, noise, self._delay_index())
         loss = total.mean() / c.horizon_ticks
         with torch.no_grad():
             pos_err = (self.env.state[:, POS] - ref_state[-1][:, POS]).norm(dim=-1).mean()
@@ -372,6 +380,176 @@ class PolicyTrainer:
             "final_pos_error_m": sum(m["pos_error_m"] for m in tail) / len(tail) if tail else None,
             "config": asdict(self.config),
         }
+
+
+@dataclass
+class WindowState:
+    """What a window's roll-out carries and reads per environment (tensors batched on dim 0)."""
+
+    state: torch.Tensor  # (B, 13) state at the window's start
+    history: torch.Tensor  # (B, 4 K) past normalised commands, newest first
+    applied: torch.Tensor  # (B, 4) physical command last applied
+    z: torch.Tensor  # (B, nz) latent the policy observes
+    lag_alpha: torch.Tensor | None  # (B, 4) command filter gain per tick; None: no lag
+    drag: torch.Tensor | None  # (B, 13) velocity decrement per unit state; None: no drag
+
+
+@dataclass
+class WindowTerms:
+    """Per-window inputs of a roll-out that need no gradient."""
+
+    ref_state: torch.Tensor  # (H + 1, B, 13) reference state per tick (see reference_features)
+    ref_head: torch.Tensor  # (H + 1, B, head_dim) reference part of the observation per tick
+    noise: torch.Tensor  # (H, B, 13) observation noise per tick, in state units
+    delay_index: torch.Tensor  # (B, 1, 4) command age per environment, a gather index
+    cost_weights: torch.Tensor  # (13,) weights of the squared tracking error
+
+
+def rollout_window(
+    policy: PolicyNet,
+    builder: ObservationBuilder,
+    step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    env: WindowState,
+    terms: WindowTerms,
+    config: TrainerConfig,
+    tick: Callable | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Roll ``env`` through H = ``terms.noise.shape[0]`` ticks of :func:`window_tick` (or the
+    given ``tick``, e.g. its compiled form) under ``policy``; the tracking cost is evaluated
+    once over the stacked window.
+
+    Returns the summed cost per environment (B,) and the final state (B, 13), command history
+    (B, 4 K) and applied command (B, 4), all differentiable.
+    """
+    tick = tick or window_tick
+    state, history, applied = env.state, env.history, env.applied
+    first_prev = history[:, :4]
+    states, commands_norm = [], []
+    for h in range(terms.noise.shape[0]):
+        state, u, history, applied = tick(
+            policy,
+            builder,
+            step,
+            state,
+            history,
+            applied,
+            env,
+            terms.noise[h],
+            terms.ref_state[h],
+            terms.ref_head[h],
+            terms.delay_index,
+        )
+        states.append(state)
+        commands_norm.append(u)
+    u_all = torch.stack(commands_norm)  # (H, B, 4)
+    du = u_all - torch.cat([first_prev.unsqueeze(0), u_all[:-1]])
+    cost = tracking_cost(
+        torch.stack(states) - terms.ref_state[1:], du, state_q(states), terms.cost_weights, config
+    )
+    return cost.sum(0), state, history, applied
+
+
+def window_tick(
+    policy: PolicyNet,
+    builder: ObservationBuilder,
+    step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    state: torch.Tensor,
+    history: torch.Tensor,
+    applied: torch.Tensor,
+    env: WindowState,
+    noise: torch.Tensor,
+    ref_state: torch.Tensor,
+    ref_head: torch.Tensor,
+    delay_index: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One tick: observe the noisy state, command, pick the delayed command, filter it through
+    the lag (when ``env.lag_alpha`` is given), advance ``step(state, applied)``, apply the drag
+    (when ``env.drag`` is given).
+
+    ``state`` (B, 13), ``history`` (B, 4 K), ``applied`` (B, 4) carried; ``noise`` (B, 13) in
+    state units, ``ref_state`` (B, 13), ``ref_head`` (B, head_dim) of this tick;
+    ``delay_index`` (B, 1, 4). Returns the next state, the normalised command u (B, 4), the
+    next history and the applied command.
+    """
+    history_len = history.shape[1] // 4
+    prev = history[:, : 4 * policy.config.n_prev_actions]
+    obs = builder.build(state + noise, ref_state, ref_head, prev, env.z)
+    u = policy.forward_normalised(obs)  # (B, 4) in [-1, 1]
+    commands = torch.cat([u, history], dim=1)  # ages 0..K, newest first
+    # picking the delayed command by index equals the one-hot product, with fewer ops
+    delayed = commands.view(-1, history_len + 1, 4).gather(1, delay_index)
+    target = policy.to_physical(delayed.squeeze(1))
+    if env.lag_alpha is None:
+        applied = target
+    else:
+        applied = torch.addcmul(applied, env.lag_alpha, target - applied)
+    nxt = step(state, applied)
+    if env.drag is not None:
+        nxt = torch.addcmul(nxt, env.drag, state, value=-1.0)  # linear drag, not in prior
+    return nxt, u, commands[:, : 4 * history_len], applied
+
+
+def state_q(states: list[torch.Tensor]) -> torch.Tensor:
+    """Attitudes (H, B, 4) of a list of H states (B, 13)."""
+    return torch.stack([s[:, QUAT] for s in states])
+
+
+def tracking_cost(
+    error: torch.Tensor,
+    du: torch.Tensor,
+    q: torch.Tensor,
+    cost_weights: torch.Tensor,
+    config: TrainerConfig,
+) -> torch.Tensor:
+    """Per-tick, per-environment cost (...,).
+
+    ``error`` (..., 13) state minus reference state (rates against zero), ``du`` (..., 4)
+    change of the normalised command, ``q`` (..., 4) attitude (reference heading is zero yaw),
+    ``cost_weights`` (13,) weights of the squared error.
+    """
+    c = config
+    sq = error.square()
+    pos_sq = sq[..., POS].sum(-1)
+    heading_sin = 2.0 * (q[..., 1] * q[..., 2] + q[..., 0] * q[..., 3])  # R10: body x towards y
+    return (
+        sq @ cost_weights
+        + c.w_pos_abs * torch.sqrt(pos_sq + 1e-6)
+        + c.w_smooth * du.square().sum(-1)
+        + c.w_yaw * heading_sin.square()
+    )
+
+
+_COMPILED: dict[str, Callable] = {}
+_GRAPHS_COMPILED = [0]  # graphs the compiled roll-out has built in this process
+
+
+def _counting_inductor(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """The inductor backend, counting the graphs it compiles (see :func:`compiled_graphs`)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    _GRAPHS_COMPILED[0] += 1
+    return compile_fx(graph, example_inputs)
+
+
+def compiled_tick() -> Callable:
+    """:func:`window_tick` under ``torch.compile``, created once per process.
+
+    One tick, not the unrolled window: every tick of every window has the same shapes, so one
+    small graph (forward and backward) serves them all and compiles in seconds to a minute,
+    where the unrolled window takes many minutes. Dynamo keys its graphs by what changes them
+    (tensor shapes and dtypes, the policy's and dynamics' structure, which of lag and drag are
+    on), not by the tensors' values or identities: a new trainer with a new policy and model of
+    the same shapes reuses the graph, so a learner process compiles on its first update only.
+    Inductor's on-disk cache shortens the compilation of a restarted process.
+    """
+    if "tick" not in _COMPILED:
+        _COMPILED["tick"] = torch.compile(window_tick, backend=_counting_inductor)
+    return _COMPILED["tick"]
+
+
+def compiled_graphs() -> int:
+    """How many graphs :func:`compiled_tick` has compiled in this process."""
+    return _GRAPHS_COMPILED[0]
 
 
 def _merge(old: EnvBatch, new: EnvBatch, mask: torch.Tensor) -> EnvBatch:

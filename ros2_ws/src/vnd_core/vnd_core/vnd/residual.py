@@ -46,20 +46,51 @@ class FiLMResidual(nn.Module):
         self.head = mlp(hidden[-1], [], out_dim, out_gain=out_gain)
         self.activation = nn.ELU()
 
-    def normalized(self, inputs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """Correction in units of ``target_std`` (..., out_dim) of raw inputs and latents."""
-        h = self.input_normalizer(inputs)
-        # Sliced before broadcasting: the (gamma, beta) of one latent serve all its K inputs,
-        # and the backward pass stays at the size of z instead of the size of the inputs.
+    def modulation(self, z: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+        """FiLM terms of latents ``z`` (..., nz): per hidden layer ``(1 + gamma, beta)``, each
+        (..., size).
+
+        A caller that evaluates many inputs under one latent (the policy trainer, whose z is
+        fixed per episode) computes these once and passes them to :meth:`normalized`.
+        """
         film = self.film(z)
+        terms = []
         offset = 0
-        for layer, size in zip(self.layers, self.hidden_sizes, strict=True):
+        for size in self.hidden_sizes:
             gamma = film[..., offset : offset + size]
             beta = film[..., offset + size : offset + 2 * size]
             offset += 2 * size
-            h = self.activation((1.0 + gamma) * layer(h) + beta)
+            terms.append((1.0 + gamma, beta))
+        return tuple(terms)
+
+    def normalized(
+        self,
+        inputs: torch.Tensor,
+        z: torch.Tensor | None = None,
+        *,
+        modulation: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+    ) -> torch.Tensor:
+        """Correction in units of ``target_std`` (..., out_dim) of raw inputs and latents.
+
+        Pass either ``z`` or its precomputed :meth:`modulation`.
+        """
+        if modulation is None:
+            if z is None:
+                raise ValueError("the residual needs a latent z or its FiLM modulation")
+            # Computed at the size of z, before broadcasting: the (gamma, beta) of one latent
+            # serve all its K inputs, and the backward pass stays at the size of z.
+            modulation = self.modulation(z)
+        h = self.input_normalizer(inputs)
+        for layer, (scale, shift) in zip(self.layers, modulation, strict=True):
+            h = self.activation(torch.addcmul(shift, scale, layer(h)))
         return self.head(h)
 
-    def forward(self, inputs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """Correction in physical units (..., out_dim)."""
-        return self.normalized(inputs, z) * self.target_std
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        z: torch.Tensor | None = None,
+        *,
+        modulation: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+    ) -> torch.Tensor:
+        """Correction in physical units (..., out_dim); ``z`` or its :meth:`modulation`."""
+        return self.normalized(inputs, z, modulation=modulation) * self.target_std
