@@ -116,6 +116,9 @@ class PolicyNodeConfig:
     )
     startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
     status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
+    host_diagnostics: bool = param(
+        False, "read the tick thread's /proc schedstat each tick to split late-tick warnings"
+    )
     world_frame: str = param("world", "frame_id of tick records (ENU world)")
     body_frame: str = param("base_link", "frame_id of commands (FLU body)")
     scenario: str = param("", "fly this scenario's reference (name or YAML); empty = `reference`")
@@ -129,9 +132,11 @@ class PolicyNode(Node):
     def __init__(self) -> None:
         super().__init__("policy")
         self.bundles: BundleRuntime | None = None  # set once the parameters are read
-        self.sched = ThreadSchedStat()  # the tick thread's (this one: the executor's)
-        self.last_sched: tuple[int, int] | None = None  # its reading at the previous tick
         self.cfg = freeze_parameters(self, PolicyNodeConfig)
+        # The tick thread's scheduling (this one: the executor's), read each tick only when the
+        # host diagnostics are asked for (vnd fly --host-diagnostics), as the others are.
+        self.sched = ThreadSchedStat() if self.cfg.host_diagnostics else None
+        self.last_sched: tuple[int, int] | None = None  # its reading at the previous tick
         self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         vehicle = load_vehicle(self.cfg.vehicle)
         reference = load_scenario(self.cfg.scenario).reference if self.cfg.scenario else None
@@ -332,10 +337,21 @@ class PolicyNode(Node):
             self.publish_status()
 
     def _check_tick_interval(self) -> None:
-        """Count the tick; a late one is logged with where its interval went (schedstat)."""
-        sched = self.sched.read()
-        if self.ticks.tick(self.last_tick_mono_ns) and sched and self.last_sched:
-            split = late_tick_breakdown(self.ticks.last_interval_ns, self.last_sched, sched)
+        """Count the tick; a late one is logged, with where its interval went when the host
+        diagnostics read the tick thread's schedstat."""
+        sched = self.sched.read() if self.sched is not None else None
+        before, self.last_sched = self.last_sched, sched
+        if not self.ticks.tick(self.last_tick_mono_ns):
+            return
+        if sched is None or before is None:
+            hint = " (host_diagnostics: true splits it)" if self.sched is None else ""
+            self.get_logger().warning(
+                f"late tick {self.ticks.last_interval_ns / 1e6:.1f} ms after the previous "
+                f"one{hint}",
+                throttle_duration_sec=1.0,
+            )
+        else:
+            split = late_tick_breakdown(self.ticks.last_interval_ns, before, sched)
             self.get_logger().warning(
                 f"late tick {split['interval_ms']:.1f} ms after the previous one: this thread "
                 f"on a CPU {split['ran_ms']:.1f} ms, waiting for one "
@@ -344,7 +360,6 @@ class PolicyNode(Node):
                 "host_stalls has what the host took)",
                 throttle_duration_sec=1.0,
             )
-        self.last_sched = sched
 
     def _schedule_watchdog(self, fresh: bool) -> None:
         """Next watchdog tick: one period + margin after an odometry tick; on the 50 Hz grid
@@ -472,7 +487,8 @@ class PolicyNode(Node):
         """Stop the bundle loader (if start-up got that far), then leave the graph."""
         if self.bundles is not None:
             self.bundles.close()
-        self.sched.close()
+        if self.sched is not None:
+            self.sched.close()
         super().destroy_node()
 
 

@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import yaml
 from vnd_ros import runtime
@@ -55,6 +55,9 @@ from vnd_tools.flight_bag import (
     write_report,
 )
 from vnd_tools.flight_monitor import FlightMonitor, FlightOutcome
+
+if TYPE_CHECKING:
+    from vnd_core.scenario import Scenario
 
 LAUNCH_FILE = REPO_ROOT / "launch" / "vnd_sim.launch.yaml"
 CONFIG_DIR = REPO_ROOT / "config"
@@ -101,8 +104,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host-diagnostics",
         action="store_true",
-        help="sample the host's CPU steal and run the per-CPU probe that tells host stalls "
-        "from the stack's (Linux)",
+        help="sample the host's CPU steal, run the per-CPU probe that tells host stalls from the "
+        "stack's, and have the policy split late ticks by its thread's scheduling (Linux)",
     )
     parser.add_argument(
         "--middleware",
@@ -199,7 +202,8 @@ class FlightOptions:
     timeout_s: float = 0.0  # wall-time limit (0 = duration / rtf + STARTUP_ALLOWANCE_S)
     topics: tuple[str, ...] = RECORD_TOPICS  # recorded topics (relative to the namespace)
     measure_latency: bool = True  # raw DDS readers for per-tick latency (dds backend)
-    host_diagnostics: bool = False  # CPU steal sampling and the per-CPU stall probe (Linux)
+    # CPU steal sampling, the per-CPU stall probe and the policy's schedstat reads (Linux)
+    host_diagnostics: bool = False
     middleware: str = "dds"  # node backends: dds, rclpy or mixed (sim dds, the rest rclpy)
     progress: TextIO | None = None  # where the progress line goes (default stdout)
 
@@ -252,21 +256,12 @@ def fly(options: FlightOptions) -> FlightOutcome:
     if (out / "bag").exists():
         raise OSError(f"{out} already holds a flight (bag/); choose another --out")
     out.mkdir(parents=True, exist_ok=True)
-    config_dir = prepare_config(out / "config", learn=options.learn)
-    learner_dir = (out / "learner").resolve()
+    config_dir = prepare_config(
+        out / "config", learn=options.learn, host_diagnostics=options.host_diagnostics
+    )
     timeout_s = options.timeout_s or scenario.duration_s / options.real_time_factor
     timeout_s += 0 if options.timeout_s else STARTUP_ALLOWANCE_S
-    launch_args = {
-        "vehicle": options.vehicle,
-        "scenario": options.scenario,
-        "vehicle_model": options.vehicle_model,
-        "bundle": options.bundle,
-        "run_dir": str(learner_dir),
-        "real_time_factor": str(options.real_time_factor),
-        "seed": str(options.seed),
-        "config_dir": str(config_dir.resolve()),
-        "output": "log",
-    }
+    launch_args = _launch_arguments(options, config_dir, (out / "learner").resolve())
     launch_log = (out / "logs").resolve()
     launch_log.mkdir(exist_ok=True)
     events = (launch_log / "launch.log").open("a")
@@ -278,22 +273,7 @@ def fly(options: FlightOptions) -> FlightOutcome:
         report=lambda level, text: _launch_event(events, level, text),
     )
     vital = {spec.name for spec in processes if not spec.respawn}
-    meta: dict[str, Any] = {
-        "scenario": scenario.name,
-        "scenario_arg": options.scenario,
-        "duration_s": scenario.duration_s,
-        "real_time_factor": options.real_time_factor,
-        "vehicle": options.vehicle,
-        "vehicle_model": options.vehicle_model,
-        "learn": options.learn,
-        "launch_file": str(options.launch_file),
-        "seed": options.seed,
-        "launch_args": launch_args,
-        "backend": runtime.BACKEND,  # this process's: monitor, recorder, latency probe
-        "middleware": options.middleware,
-        "node_backends": {spec.name: spec.env.get("VND_MIDDLEWARE", "") for spec in processes},
-        "wall_start_s": time.time(),
-    }
+    meta = _flight_meta(options, scenario, launch_args, processes)
     topics = [namespaced(options.vehicle, topic) for topic in options.topics]
     recorder = BagRecorder(out / "bag", topics, node_name="vnd_fly_recorder").start()
     monitor = FlightMonitor(
@@ -320,15 +300,7 @@ def fly(options: FlightOptions) -> FlightOutcome:
         code = 1 if outcome.failures else 0
         if code != 0 and outcome.exit_code == 0:
             outcome = FlightOutcome("stack failed", 1, outcome.failures, outcome.respawns)
-        monitor.save_latency(out / LATENCY_FILE)
-        if monitor.cpu is not None:
-            monitor.cpu.save(out / HOST_CPU_FILE)
-        if probe is not None:
-            try:
-                hoststall.save_stalls(out / HOST_STALLS_FILE, probe.stop())
-            except RuntimeError as err:  # the report then says the flight was not probed
-                print(f"vnd fly: no host stall record: {err}", file=sys.stderr)
-        monitor.close()
+        _save_measurements(out, monitor, probe)
         meta.update(
             wall_end_s=time.time(),
             end_reason=outcome.reason,
@@ -345,6 +317,59 @@ def fly(options: FlightOptions) -> FlightOutcome:
     return outcome
 
 
+def _launch_arguments(options: FlightOptions, config_dir: Path, learner_dir: Path) -> dict:
+    """The launch file's arguments for a flight of ``options`` (node logs to files)."""
+    return {
+        "vehicle": options.vehicle,
+        "scenario": options.scenario,
+        "vehicle_model": options.vehicle_model,
+        "bundle": options.bundle,
+        "run_dir": str(learner_dir),
+        "real_time_factor": str(options.real_time_factor),
+        "seed": str(options.seed),
+        "config_dir": str(config_dir.resolve()),
+        "output": "log",
+    }
+
+
+def _flight_meta(
+    options: FlightOptions, scenario: Scenario, launch_args: dict, processes: Sequence[Any]
+) -> dict[str, Any]:
+    """flight_meta.json as the flight starts (the end fields are added when it ends)."""
+    return {
+        "scenario": scenario.name,
+        "scenario_arg": options.scenario,
+        "duration_s": scenario.duration_s,
+        "real_time_factor": options.real_time_factor,
+        "vehicle": options.vehicle,
+        "vehicle_model": options.vehicle_model,
+        "learn": options.learn,
+        "launch_file": str(options.launch_file),
+        "seed": options.seed,
+        "launch_args": launch_args,
+        "backend": runtime.BACKEND,  # this process's: monitor, recorder, latency probe
+        "middleware": options.middleware,
+        "node_backends": {spec.name: spec.env.get("VND_MIDDLEWARE", "") for spec in processes},
+        "wall_start_s": time.time(),
+    }
+
+
+def _save_measurements(
+    out: Path, monitor: FlightMonitor, probe: hoststall.StallProbe | None
+) -> None:
+    """Write the per-tick latency and, with the host diagnostics, the CPU times and the stall
+    probe's samples; then close the monitor."""
+    monitor.save_latency(out / LATENCY_FILE)
+    if monitor.cpu is not None:
+        monitor.cpu.save(out / HOST_CPU_FILE)
+    if probe is not None:
+        try:
+            hoststall.save_stalls(out / HOST_STALLS_FILE, probe.stop())
+        except RuntimeError as err:  # the report then says the flight was not probed
+            print(f"vnd fly: no host stall record: {err}", file=sys.stderr)
+    monitor.close()
+
+
 def with_backends(processes: Sequence[Any], middleware: str) -> list[Any]:
     """The launch file's processes with ``VND_MIDDLEWARE`` set per :func:`node_backends`: the
     node named :data:`SIM_NODE` gets the sim's backend, every other one the control nodes'."""
@@ -359,8 +384,9 @@ def with_backends(processes: Sequence[Any], middleware: str) -> list[Any]:
     return chosen
 
 
-def prepare_config(target: Path, learn: bool) -> Path:
-    """Copy the node parameter files to ``target`` (kept with the run); learner ``learn``."""
+def prepare_config(target: Path, learn: bool, host_diagnostics: bool = False) -> Path:
+    """Copy the node parameter files to ``target`` (kept with the run): the learner's ``learn``
+    and the policy's ``host_diagnostics`` set from the options."""
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(CONFIG_DIR, target, ignore=shutil.ignore_patterns("cyclonedds_*"))
@@ -368,6 +394,13 @@ def prepare_config(target: Path, learn: bool) -> Path:
     data = yaml.safe_load(learner.read_text())
     data["/**"]["ros__parameters"]["learn"] = bool(learn)
     learner.write_text("# Copied by vnd fly; 'learn' set from --no-learn.\n" + yaml.safe_dump(data))
+    policy = target / "policy.yaml"
+    data = yaml.safe_load(policy.read_text())
+    data["/**"]["ros__parameters"]["host_diagnostics"] = bool(host_diagnostics)
+    policy.write_text(
+        "# Copied by vnd fly; 'host_diagnostics' set from --host-diagnostics.\n"
+        + yaml.safe_dump(data)
+    )
     return target
 
 
