@@ -33,6 +33,7 @@ from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.scenario import Phase, Scenario, WindEvent, load_scenario
 from vnd_core.state import POS, VEL, hover_state
 from vnd_core.vnd import EncodedLatents, TransitionDataset
+from vnd_core.vnd.components import SUMMARY_KEY
 
 WIND_AT_S = 8.0  # calm air before, a steady wind after
 FLIGHT_S = 16.0
@@ -102,6 +103,12 @@ def test_policy_training_draws_latents_re_encoded_from_the_whole_replay(quick_up
     assert set(run.encoded.labels.tolist()) == set(run.label_ids.values())  # both conditions
     # by the encoder fitted in this update: the latents it gives now, window for window
     torch.testing.assert_close(run.pool, run.encoded.z, atol=1e-5, rtol=1e-5)
+
+
+def test_the_bundle_records_the_residual_components_its_policy_trained_against(quick_update):
+    summary = quick_update.bundle.summary
+    assert summary[SUMMARY_KEY] == quick_update.config.residual_components == "translational"
+    assert summary["validation"]["rotation_check"] == {}  # the attitude is the prior's
 
 
 def test_the_default_fit_spreads_the_latents_out_towards_the_prior(quick_update):
