@@ -12,7 +12,7 @@ from typing import Any
 
 from vnd_ros import messages, runtime
 from vnd_ros.bag import PLAY_DEPTH, CliNode, _flush, _profile_from_rosbags
-from vnd_ros.bag_read import BagError, _absolute, _open_reader, bag_info, read_raw
+from vnd_ros.bag_read import BagError, _absolute, _open_reader, bag_info, read_messages
 from vnd_ros.qos import QoSProfile
 
 
@@ -87,13 +87,14 @@ def _play_once(
     start_wall: float | None = None
     first_ns = 0
     published = 0
-    for topic, msgtype, stamp_ns, data in read_raw(path, list(publishers)):
+    # decoded, not raw: a topic recorded with an older definition is carried into today's type
+    for topic, _msgtype, stamp_ns, msg in read_messages(path, list(publishers)):
         if start_wall is None:
             start_wall, first_ns = time.monotonic(), stamp_ns
         due = start_wall + (stamp_ns - first_ns) / 1e9 / rate
         if _sleep_until(due, stop) or not runtime.ok():  # stop event, or SIGTERM to the node
             break
-        publishers[topic].publish(messages.deserialize(msgtype, data))
+        publishers[topic].publish(msg)
         published += 1
     return published
 
