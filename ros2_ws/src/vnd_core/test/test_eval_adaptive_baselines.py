@@ -24,7 +24,12 @@ from vnd_core.evaluation.baselines import (
 from vnd_core.evaluation.continual_loop import Method, run_method
 from vnd_core.evaluation.dob import DisturbanceObserver, DOBMethod, ObserverConfig
 from vnd_core.evaluation.refit import RefitConfig, RefitMethod, ResidualEnsemble
-from vnd_core.evaluation.rma import RMAConfig, _windows, collect_rollouts, train_adaptation_module
+from vnd_core.evaluation.rma import (
+    RMAConfig,
+    collect_rollouts,
+    history_windows,
+    train_adaptation_module,
+)
 from vnd_core.evaluation.suite import EvalConfig, prepare_methods
 from vnd_core.learner import LearnerConfig
 from vnd_core.plant import TruePlant
@@ -104,14 +109,14 @@ def test_mismatched_dr_is_its_own_training_and_dr_keeps_the_plant_law(base_bundl
 
 # ---- dob -------------------------------------------------------------------------------------
 def test_observer_converges_to_a_constant_external_force_on_the_prior_plant(tracking_controller):
-    """The prior plus a constant world force, commands applied as sent (observer latency 0):
-    the estimate settles on force / mass within 3 %."""
+    """The prior plus a constant world force, commands applied as sent: the estimate settles
+    on force / mass within 3 %."""
     force_n = torch.tensor([0.8, -0.5, 0.3])
     plant = ExternalForcePrior(VEHICLE)
     z = torch.zeros(1, DISTURBANCE_DIM)
     z[0, :3] = force_n / FORCE_SCALE_N
-    observer = DisturbanceObserver(VEHICLE, ObserverConfig(latency_s=0.0))
-    observer._motor_alpha = 1.0  # this plant has no motor lag either
+    # this plant has neither latency nor motor lag, and the observer is told so
+    observer = DisturbanceObserver(VEHICLE, ObserverConfig(latency_s=0.0, motor_time_constant_s=0))
     state = hover_state((1,), position_m=(0.0, 0.0, 1.0))
     target = (torch.tensor([[0.0, 0.0, 1.0]]), torch.zeros(1, 3), torch.zeros(1, 3))
     for _ in range(150):  # 3 s, ten filter time constants
@@ -172,7 +177,7 @@ def test_rma_module_regresses_the_disturbance_on_held_out_episodes(base_bundle):
     rollout = collect_rollouts(
         base_bundle.policy, VEHICLE, randomisation, held_out, torch.Generator().manual_seed(99)
     )
-    history, target = _windows(*rollout, config.history_ticks)
+    history, target = history_windows(*rollout, config.history_ticks)
     with torch.no_grad():
         rmse = (module(history) - target).square().mean(dim=0).sqrt()
     spread = target.std(dim=0)

@@ -42,6 +42,7 @@ class ObserverConfig:
     latency_s: float = 0.03  # command to motors (the flight stack's measured latency)
     accel_limit_mps2: float = 4.0  # the estimate is clipped to this norm (m/s^2)
     warmup_ticks: int = 5  # ticks before the first estimate (z = 0 until then)
+    motor_time_constant_s: float | None = None  # thrust lag assumed; None: the vehicle's
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -51,6 +52,10 @@ class ObserverConfig:
             raise ValueError(f"latency_s must be within [0, 0.2] s, got {self.latency_s}")
         if not self.accel_limit_mps2 > 0:
             raise ValueError(f"accel_limit_mps2 must be > 0, got {self.accel_limit_mps2}")
+        if self.motor_time_constant_s is not None and not self.motor_time_constant_s >= 0:
+            raise ValueError(
+                f"motor_time_constant_s must be >= 0 or None, got {self.motor_time_constant_s}"
+            )
 
 
 class DisturbanceObserver:
@@ -67,7 +72,9 @@ class DisturbanceObserver:
         self.prior = NominalModel(vehicle)
         self.dt_s = self.prior.config.dt_s
         self._alpha = 1.0 - math.exp(-self.dt_s / self.config.time_constant_s)
-        self._motor_alpha = 1.0 - math.exp(-self.dt_s / vehicle.motor_time_constant_s)
+        tau_s = self.config.motor_time_constant_s
+        tau_s = vehicle.motor_time_constant_s if tau_s is None else tau_s
+        self._motor_alpha = 1.0 - math.exp(-self.dt_s / tau_s) if tau_s > 0 else 1.0
         delay_ticks = self.config.latency_s / self.dt_s
         self._delay_whole = math.floor(delay_ticks)
         self._delay_frac = delay_ticks - self._delay_whole

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from vnd_core.bundle import Bundle
+from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.baselines import (
     DISTURBANCE_DIM,
     RandomisationConfig,
@@ -126,7 +127,7 @@ def collect_rollouts(
     the true normalised z (B, 8) and alive (B, T) (False from the tick a rollout strayed more
     than 2 m from its reference on)."""
     n, ticks = config.rollout_envs, config.rollout_ticks
-    dt_s = 0.02
+    dt_s = CONTROL_PERIOD_S
     dynamics = disturbance_dynamics(vehicle, randomisation)
     z_true = sample_disturbance(n, generator, vehicle, randomisation)
     trajectory = Trajectory.random(n, generator=generator)
@@ -168,7 +169,7 @@ def collect_rollouts(
     return features, z_true, alive
 
 
-def _windows(
+def history_windows(
     features: torch.Tensor, z: torch.Tensor, alive: torch.Tensor, history_ticks: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Every full window of live ticks: histories (M, history_ticks, F) and targets (M, 8)."""
@@ -206,7 +207,7 @@ def train_adaptation_module(
             generator,
             module if round_index > 0 else None,
         )
-        window, target = _windows(*rollout, config.history_ticks)
+        window, target = history_windows(*rollout, config.history_ticks)
         histories.append(window)
         targets.append(target)
         x, y = torch.cat(histories), torch.cat(targets)
