@@ -218,3 +218,18 @@ def test_refit_ensemble_predicts_the_mean_of_its_members():
     mean = ensemble.predict(state, action, z)
     assert torch.allclose(mean[:, VEL], predictions[:, :, VEL].mean(dim=0), atol=1e-6)
     assert not torch.allclose(predictions[0, :, VEL], predictions[1, :, VEL])
+
+
+# ---- the command line ------------------------------------------------------------------------
+def test_eval_methods_take_comma_and_space_separated_names(tmp_path, capsys):
+    import argparse
+
+    from vnd_tools.commands import eval as eval_command
+
+    parser = argparse.ArgumentParser()
+    eval_command.add_arguments(parser)
+    args = parser.parse_args(["--out", str(tmp_path), "--methods", "base,dr_mismatched", "rma"])
+    assert args.methods == [["base", "dr_mismatched"], ["rma"]]
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--out", str(tmp_path), "--methods", "base,dr_matched"])
+    assert "unknown method dr_matched" in capsys.readouterr().err
