@@ -81,7 +81,8 @@ class DisturbanceObserver:
         hover = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
         self._commands = [hover.copy() for _ in range(self._delay_whole + 2)]  # newest first
         self._thrust_n = vehicle.hover_thrust_n
-        self._previous: np.ndarray | None = None
+        # the last measurement and the command acting after it (None until it is sent)
+        self._previous: tuple[np.ndarray, np.ndarray | None] | None = None
         self._ticks = 0
         self.estimate_mps2 = np.zeros(3)
 
