@@ -633,7 +633,7 @@ class ContinualLearner:
         start, cpu_start = time.perf_counter(), time.process_time()
         active, c = self._active, self.config
         version = active.version + 1
-        metrics: dict = {"version": version, "parent_version": active.version}
+        metrics: dict = {"kind": "model", "version": version, "parent_version": active.version}
         # the bundle records which residual parts its policy trained against (components.py)
         metrics[SUMMARY_KEY] = c.residual_components
 
