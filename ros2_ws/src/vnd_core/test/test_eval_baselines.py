@@ -53,7 +53,7 @@ def test_true_disturbance_follows_the_scenario_events():
     payload = load_scenario("payload")
     before = true_disturbance(payload, 5.0, np.zeros(3), VEHICLE)
     during = true_disturbance(payload, 15.0, np.zeros(3), VEHICLE)
-    after = true_disturbance(payload, 35.0, np.zeros(3), VEHICLE)
+    after = true_disturbance(payload, payload.events[-1].at_s + 5.0, np.zeros(3), VEHICLE)
     assert np.allclose(before, 0.0) and np.allclose(after, 0.0)
     mass_fraction = during[3] * DISTURBANCE_SCALE[3]
     assert mass_fraction == pytest.approx(0.2 / VEHICLE.mass_kg, rel=1e-5)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 import torch
 from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.evaluation.continual_loop import (
+    LEARNER_CPU_SHARE,
     Method,
     UpdateOutcome,
     run_method,
@@ -63,7 +65,18 @@ class _SwapOnce(Method):
 
     def update(self) -> UpdateOutcome:
         self.asked = True
-        return UpdateOutcome(self.new, wall_s=123.0)
+        return UpdateOutcome(self.new, wall_s=123.0, cpu_s=0.9)
+
+
+class _BurnOnce(_SwapOnce):
+    """Computes for about 0.3 s of CPU time and reports none of it: the loop measures it."""
+
+    def update(self) -> UpdateOutcome:
+        self.asked = True
+        end = time.process_time() + 0.3
+        while time.process_time() < end:
+            pass
+        return UpdateOutcome(self.new, wall_s=0.0)
 
 
 def test_new_bundle_flies_after_the_simulated_delay(base_bundle):
@@ -77,10 +90,21 @@ def test_new_bundle_flies_after_the_simulated_delay(base_bundle):
     first_new = int(np.argmax(versions == 7))
     # tick k is flown from time 0.02 k: the swap happens at the first tick at or after 1.5 s
     assert first_new * 0.02 == pytest.approx(1.5) and np.all(versions[first_new:] == 7)
-    # measured mode: the delay is the update's wall time (beyond the end: never flies)
-    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, update_delay_s=None)
-    assert run.updates[0].applied_s == pytest.approx(124.0)
+    # charged mode: the update's CPU time over the learner's core share, not its wall time
+    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, cpu_share=0.5)
+    assert run.updates[0].applied_s == pytest.approx(1.0 + 0.9 / 0.5)
+    assert run.updates[0].cpu_s == pytest.approx(0.9)
+    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, cpu_share=0.25)
+    assert run.updates[0].applied_s == pytest.approx(4.6)  # beyond the end: never flies
     assert np.all(run.records.policy_version == 1)
+
+
+def test_an_update_that_reports_no_cpu_time_is_charged_what_it_used(base_bundle):
+    new = Bundle(version=7, parent_version=1, policy=base_bundle.policy, vehicle=VEHICLE)
+    run = run_method(_BurnOnce(base_bundle, new), Scenario(name="calm", duration_s=3.0), seed=0)
+    (marker,) = run.updates
+    assert 0.3 <= marker.cpu_s < 0.6
+    assert marker.applied_s == pytest.approx(1.0 + marker.cpu_s / LEARNER_CPU_SHARE)
 
 
 def test_same_seed_same_flight(base_bundle):

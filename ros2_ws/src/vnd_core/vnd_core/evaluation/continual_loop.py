@@ -8,12 +8,14 @@ the command goes to the plant, and the tick record goes to the
 method's learner once per second (in batches, as the replay topic delivers it).
 
 Updates are asynchronous, as on the vehicle: when a learner asks for one, the simulated clock
-stops, the update runs (fit + policy training + validation) and its wall time is measured;
-then the plant flies on with the *old* bundle for a simulated compute delay and the new bundle
-takes over at the first tick after it. The delay is, by default, the measured wall time of the
-update on this machine (``update_delay_s=None``), so a slower method adapts later; a fixed
-delay can be chosen for reproducible runs. While an update is pending no new one starts (one
-learner process). The delay actually used is recorded with every update marker.
+stops, the update runs (fit + policy training + validation, or a policy improvement round) and
+its CPU time is measured; then the plant flies on with the *old* bundle for a simulated compute
+delay and the new bundle takes over at the first tick after it. The delay is, by default, the
+update's CPU time divided by the learner's share of a core beside the flight stack
+(:data:`LEARNER_CPU_SHARE`, ``update_delay_s=None``), so a method that computes more adapts
+later, whatever else loads the evaluating machine; a fixed delay can be chosen for reproducible
+runs. While an update is pending no new one starts (one learner process). The delay actually
+used is recorded with every update marker.
 
 Scenario time scale: :func:`scale_scenario` multiplies the duration, every phase start and
 every event time by a factor (quick mode: 0.5). Disturbance physics (wind speeds, gust time
@@ -47,6 +49,11 @@ LATENT_NONE, LATENT_ENCODER, LATENT_ORACLE = "none", "encoder", "oracle"
 # measurements and commands so far (the disturbance observer, RMA's adaptation module)
 LATENT_ONLINE = "online"
 INGEST_EVERY_TICKS = 50  # the learner receives tick records once per second
+KIND_MODEL, KIND_POLICY = "model", "policy"  # a model update; a policy improvement round
+# Share of one core the learner's worker gets beside the flight stack on the 2-core machine
+# (the demo's updates: CPU time / wall time 0.60-0.62): an update of c CPU seconds lands c / 0.6
+# seconds after it starts.
+LEARNER_CPU_SHARE = 0.6
 
 
 def scale_scenario(scenario: Scenario, factor: float) -> Scenario:
@@ -72,6 +79,7 @@ class UpdateOutcome:
     reason: str = ""  # rejection reason ("" when accepted)
     metrics: dict = field(default_factory=dict)  # method-specific figures (JSON-able)
     cpu_s: float | None = None  # CPU time the update used (this process); None: not measured
+    kind: str = "model"  # KIND_MODEL: a model update; KIND_POLICY: a policy-only improvement
 
 
 class Method:
@@ -129,6 +137,7 @@ class VNDMethod(Method):
         super().__init__("vnd", bundle, LATENT_ENCODER)
         self.config = config
         self.learner: ContinualLearner | None = None
+        self.due: str | None = None  # the job should_update found due (KIND_*)
 
     def start(self, seed: int) -> Bundle:
         """A fresh learner seeded with ``seed``."""
@@ -141,14 +150,25 @@ class VNDMethod(Method):
         self.learner.ingest(records)
 
     def should_update(self, now_s: float) -> bool:
-        """The learner's own rule (new data and time since the last update)."""
-        return self.learner.should_update(now_s)
+        """The learner's own rules: a model update when it wants one (new data and time since
+        the last), else a policy improvement round when it may run one."""
+        if self.learner.should_update(now_s):
+            self.due = KIND_MODEL
+        elif self.learner.should_improve():
+            self.due = KIND_POLICY
+        else:
+            self.due = None
+        return self.due is not None
 
     def update(self) -> UpdateOutcome:
-        """One fit -> train -> validate cycle of the learner."""
-        result = self.learner.update()
+        """The job :meth:`should_update` found due: one fit -> train -> validate cycle, or one
+        policy improvement round."""
+        job = self.learner.update if self.due == KIND_MODEL else self.learner.improve
+        result = job()
         bundle = result.bundle if result.accepted else None
-        return UpdateOutcome(bundle, result.total_s, result.reason, result.metrics)
+        return UpdateOutcome(
+            bundle, result.total_s, result.reason, result.metrics, kind=result.kind
+        )
 
 
 @dataclass
@@ -161,6 +181,8 @@ class UpdateMarker:
     accepted: bool  # a new bundle was flown
     version: int  # version of the new bundle (0 if rejected)
     reason: str  # rejection reason
+    cpu_s: float = 0.0  # CPU time the update used
+    kind: str = "model"  # KIND_MODEL or KIND_POLICY
 
 
 @dataclass
@@ -187,9 +209,13 @@ def run_method(
     update_delay_s: float | None = None,
     plant_config: PlantConfig | None = None,
     progress: Callable[[float], None] | None = None,
+    cpu_share: float = LEARNER_CPU_SHARE,
 ) -> RunResult:
     """Fly ``scenario`` with ``method`` on a plant seeded with ``seed`` (see the module
-    docstring for the update timing; ``update_delay_s=None`` uses measured update times)."""
+    docstring for the update timing; ``update_delay_s=None`` charges each update its CPU
+    time divided by ``cpu_share``)."""
+    if not 0.0 < cpu_share <= 1.0:
+        raise ValueError(f"cpu_share must be within (0, 1], got {cpu_share}")
     start = time.perf_counter()
     bundle = method.start(seed)
     plant = TruePlant(bundle.vehicle, scenario, 1, plant_config, seed=seed)
@@ -232,7 +258,7 @@ def run_method(
             ingested = len(rows["stamp"])
             last_tick = tick == n_ticks - 1  # an update started now could never fly
             if pending is None and not last_tick and method.should_update(now_s):
-                marker, new_bundle = _run_update(method, now_s, update_delay_s)
+                marker, new_bundle = _run_update(method, now_s, update_delay_s, cpu_share)
                 updates.append(marker)
                 pending = (marker.applied_s, new_bundle)
             if progress is not None:
@@ -254,11 +280,17 @@ def run_method(
 
 
 def _run_update(
-    method: Method, now_s: float, update_delay_s: float | None
+    method: Method, now_s: float, update_delay_s: float | None, cpu_share: float
 ) -> tuple[UpdateMarker, Bundle | None]:
-    """Run one update of ``method`` requested at ``now_s``; its marker and its new bundle."""
+    """Run one update of ``method`` requested at ``now_s``; its marker and its new bundle.
+
+    The update lands after the compute it took: its CPU time divided by ``cpu_share``, the
+    share of a core the learner gets beside the flight stack (``update_delay_s=None``), or
+    after a fixed ``update_delay_s``."""
+    cpu_start = time.process_time()
     outcome = method.update()
-    delay_s = outcome.wall_s if update_delay_s is None else update_delay_s
+    cpu_s = outcome.cpu_s if outcome.cpu_s is not None else time.process_time() - cpu_start
+    delay_s = cpu_s / cpu_share if update_delay_s is None else update_delay_s
     marker = UpdateMarker(
         requested_s=now_s,
         applied_s=now_s + delay_s,
@@ -266,6 +298,8 @@ def _run_update(
         accepted=outcome.bundle is not None,
         version=outcome.bundle.version if outcome.bundle is not None else 0,
         reason=outcome.reason,
+        cpu_s=cpu_s,
+        kind=outcome.kind,
     )
     return marker, outcome.bundle
 

@@ -75,12 +75,31 @@ def run_metrics(run: RunResult, scenario: Scenario) -> dict:
         "max_error_m": float(np.max(run.error_m)),
         "crashed": run.crashed,
         "recoveries": recovery_times(run.time_s, run.error_m, scenario),
+        "phase_updates": phase_updates(run, scenario),
         "updates": len(run.updates),
         "updates_accepted": len(accepted),
         "update_wall_s": [round(u.wall_s, 3) for u in run.updates],
         "rejections": [u.reason for u in run.updates if not u.accepted],
         "run_wall_s": round(run.wall_s, 1),
     }
+
+
+def phase_updates(run: RunResult, scenario: Scenario) -> list[dict]:
+    """Per phase: time from its start to the first new bundle flying in it (None: none did),
+    and the model updates and policy improvements that took over in it."""
+    out = []
+    for name, begin_s, end_s in scenario.phase_spans():
+        landed = [u for u in run.updates if u.accepted and begin_s < u.applied_s <= end_s]
+        out.append(
+            {
+                "phase": name,
+                "start_s": float(begin_s),
+                "first_bundle_s": round(landed[0].applied_s - begin_s, 2) if landed else None,
+                "model_updates": sum(u.kind == "model" for u in landed),
+                "policy_improvements": sum(u.kind == "policy" for u in landed),
+            }
+        )
+    return out
 
 
 def latent_analysis(run: RunResult, holdout_after_s: float | None = None) -> dict | None:
