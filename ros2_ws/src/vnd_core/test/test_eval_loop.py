@@ -99,6 +99,40 @@ def test_new_bundle_flies_after_the_simulated_delay(base_bundle):
     assert np.all(run.records.policy_version == 1)
 
 
+class _PreemptedRound(_SwapOnce):
+    """A slow first job that gives way at 2 s to a second job, whose bundle then flies."""
+
+    def start(self, seed: int) -> Bundle:
+        self.jobs, self.abandoned = 0, 0
+        return self.initial
+
+    def should_update(self, now_s: float) -> bool:
+        return now_s >= 1.0 and self.jobs < 2 and (self.jobs == 0 or now_s >= 2.0)
+
+    def preempts(self, now_s: float) -> bool:
+        return self.jobs == 1 and now_s >= 2.0
+
+    def abandon(self) -> None:
+        self.abandoned += 1
+
+    def update(self) -> UpdateOutcome:
+        self.jobs += 1
+        delay_s = 0.9 if self.jobs == 1 else 0.15  # x 1 / cpu_share 0.3: 3 s, then 0.5 s
+        bundle = Bundle(self.jobs + 10, 1, self.initial.policy, VEHICLE)
+        return UpdateOutcome(bundle, wall_s=0.0, cpu_s=delay_s, kind="policy")
+
+
+def test_a_pending_job_that_gives_way_never_flies_and_the_next_starts_at_once(base_bundle):
+    method = _PreemptedRound(base_bundle, base_bundle)
+    run = run_method(method, Scenario(name="calm", duration_s=4.0), seed=0, cpu_share=0.3)
+    first, second = run.updates
+    assert method.abandoned == 1 and not first.accepted and first.reason == "preempted at 2.0 s"
+    assert first.applied_s == pytest.approx(2.0)
+    assert second.requested_s == pytest.approx(2.0) and second.applied_s == pytest.approx(2.5)
+    versions = set(run.records.policy_version.tolist())
+    assert 11 not in versions and 12 in versions  # the withdrawn version never flew
+
+
 def test_an_update_that_reports_no_cpu_time_is_charged_what_it_used(base_bundle):
     new = Bundle(version=7, parent_version=1, policy=base_bundle.policy, vehicle=VEHICLE)
     run = run_method(_BurnOnce(base_bundle, new), Scenario(name="calm", duration_s=3.0), seed=0)

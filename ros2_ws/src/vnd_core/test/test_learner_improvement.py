@@ -133,3 +133,12 @@ def test_a_new_condition_preempts_a_round():
     assert result.preempted and not result.accepted and result.kind == "policy"
     assert "does not explain" in result.reason
     assert learner.active.version == 4  # nothing emitted
+
+
+def test_a_withdrawn_round_leaves_the_previous_version_active():
+    learner = learner_after_one_update(improving(min_gain_frac=0.0))
+    previous = learner.active
+    result = learner.improve()
+    assert result.accepted and learner.active is result.bundle, result.reason
+    learner.withdraw_improvement(result.bundle, previous)
+    assert learner.active is previous and learner.status()["improvements_accepted"] == 0

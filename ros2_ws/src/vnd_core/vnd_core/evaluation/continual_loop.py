@@ -111,6 +111,14 @@ class Method:
         """True when the learner wants to run an update now (never for static methods)."""
         return False
 
+    def preempts(self, now_s: float) -> bool:
+        """True when the job whose bundle is pending would have given way by ``now_s`` in
+        flight (the data ingested since it started hold a reason to run another job first)."""
+        return False
+
+    def abandon(self) -> None:
+        """Forget the pending job's result (called after :meth:`preempts` said yes)."""
+
     def update(self) -> UpdateOutcome:
         """Run one update (only called after :meth:`should_update` said yes)."""
         raise NotImplementedError(f"method {self.name} does not adapt")
@@ -138,6 +146,8 @@ class VNDMethod(Method):
         self.config = config
         self.learner: ContinualLearner | None = None
         self.due: str | None = None  # the job should_update found due (KIND_*)
+        self.previous: Bundle | None = None  # the active bundle before the last job
+        self.emitted: Bundle | None = None  # the last job's new version (None: none)
 
     def start(self, seed: int) -> Bundle:
         """A fresh learner seeded with ``seed``."""
@@ -160,11 +170,23 @@ class VNDMethod(Method):
             self.due = None
         return self.due is not None
 
+    def preempts(self, now_s: float) -> bool:
+        """A policy improvement round gives way to a model update, as in flight (where the
+        round stops at its next progress point; here its result is withdrawn)."""
+        return self.due == KIND_POLICY and self.learner.should_update(now_s)
+
+    def abandon(self) -> None:
+        """Withdraw the pending round's new version, if it made one."""
+        if self.emitted is not None:
+            self.learner.withdraw_improvement(self.emitted, self.previous)
+
     def update(self) -> UpdateOutcome:
         """The job :meth:`should_update` found due: one fit -> train -> validate cycle, or one
         policy improvement round."""
         job = self.learner.update if self.due == KIND_MODEL else self.learner.improve
+        self.previous = self.learner.active
         result = job()
+        self.emitted = result.bundle if result.accepted else None
         bundle = result.bundle if result.accepted else None
         return UpdateOutcome(
             bundle, result.total_s, result.reason, result.metrics, kind=result.kind
@@ -257,6 +279,16 @@ def run_method(
             method.ingest(_records(rows, ingested, len(rows["stamp"])))
             ingested = len(rows["stamp"])
             last_tick = tick == n_ticks - 1  # an update started now could never fly
+            if pending is not None and method.preempts(now_s):
+                method.abandon()
+                updates[-1] = dataclasses.replace(
+                    updates[-1],
+                    applied_s=now_s,
+                    accepted=False,
+                    version=0,
+                    reason=f"preempted at {now_s:.1f} s",
+                )
+                pending = None
             if pending is None and not last_tick and method.should_update(now_s):
                 marker, new_bundle = _run_update(method, now_s, update_delay_s, cpu_share)
                 updates.append(marker)

@@ -532,6 +532,14 @@ class ContinualLearner:
                 False, None, reason, 0.0, 0.0, 0.0, elapsed, {}, preempted=True, kind="policy"
             )
 
+    def withdraw_improvement(self, bundle: Bundle, previous: Bundle) -> None:
+        """Make ``previous`` active again if ``bundle`` (an improvement round's new version)
+        still is: the round gave way before its bundle flew. The candidate keeps its training,
+        as a round preempted in flight does."""
+        if self._active is bundle:
+            self._active = previous
+            self.improvements_accepted -= 1
+
     def _basis_outdated(self) -> bool:
         """The basis is missing, of another model, or older than ``min_new_ticks`` of flight."""
         basis = self._basis
