@@ -178,6 +178,7 @@ def test_residual_with_precomputed_modulation_equals_the_plain_film():
         model.residual(inputs)
 
 
+@pytest.mark.slow  # a cold compilation takes one to a few minutes of a core
 def test_compiled_window_matches_eager_and_a_second_update_reuses_the_graph():
     """One compilation per process: the learner's second update (new policy, new model, new
     trainer, same shapes) runs the graph the first compiled."""
