@@ -29,7 +29,8 @@ from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import OMEGA, POS, QUAT, STATE_DIM, VEL, hover_state
 from vnd_core.vehicle import VehicleParams
 
-# dynamics(state (B, 13), action (B, 4), z (B, nz)) -> next state (B, 13), differentiable
+# dynamics(state (B, 13), action (B, 4), z (B, nz)) -> next state (B, 13), differentiable; it
+# may carry bind_latent(z) -> step(state, action), which the trainer calls once per window
 Dynamics = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 # z_sampler(batch_size, generator) -> z (B, nz), drawn once per episode
 ZSampler = Callable[[int, torch.Generator], torch.Tensor]
