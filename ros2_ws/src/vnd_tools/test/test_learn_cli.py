@@ -148,6 +148,26 @@ def test_learn_writes_the_next_version(bag, tmp_path, capsys):
     else:  # a rejected candidate is reported and not written
         assert code == learn.EXIT_REJECTED and not out.exists()
         assert "rejected" in capsys.readouterr().out and summary["reason"]
+    progress = capsys.readouterr().err
+    for stage in ("fit", "train", "validate"):
+        assert f"vnd learn: {stage} " in progress, progress
+
+
+def test_learn_trains_the_new_policy_further_in_improvement_rounds(bag, tmp_path, capsys):
+    out = tmp_path / "learned.safetensors"
+    argv = ["--bag", str(bag), "--init", str(shipped_bundle_path()), "--out", str(out), "--quick"]
+    argv += ["--fit-steps", "30", "--train-iterations", "2", "--improve-rounds", "2"]
+    code = learn.run(_parser(learn).parse_args(argv))
+    printed = capsys.readouterr()
+    if code != 0:  # the update itself was rejected: no rounds
+        assert code == learn.EXIT_REJECTED and "improvement round" not in printed.out
+        return
+    rounds = [line for line in printed.out.splitlines() if "improvement round" in line]
+    assert rounds or "improvement paused" in printed.out, printed.out
+    assert "vnd learn: improve " in printed.err  # each round reports its progress
+    learned = load_bundle(out)
+    accepted = sum(": v" in line for line in rounds)
+    assert learned.version == 2 + accepted and learned.model is not None
 
 
 def test_learn_refuses_a_bag_without_learnable_data(flight, tmp_path):

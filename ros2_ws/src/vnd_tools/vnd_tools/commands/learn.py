@@ -5,7 +5,9 @@ The bags' Transition records go into a :class:`~vnd_core.learner.ContinualLearne
 eviction rule), then one update cycle runs exactly as on the vehicle: fit the VND model (warm
 start from the init bundle's model, or a new one), train the policy on prior + residual(z),
 validate. An accepted bundle (version init + 1) is written to ``--out``; a rejected one is not,
-and the reason is printed (exit code 3).
+and the reason is printed (exit code 3). ``--improve-rounds N`` then trains the new bundle's
+policy further on its model for up to N policy improvement rounds, as the flight learner does
+between updates, and writes the last version that passed the gates. Progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
-from vnd_core.bundle import BundleError, load_bundle, save_bundle
+from vnd_core.bundle import Bundle, BundleError, load_bundle, save_bundle
 from vnd_core.evaluation.replay_bag import ReadReport, ReplayBagError, read_transitions
 from vnd_core.learner import ContinualLearner
+from vnd_core.learner.continual import UpdateProgress
 from vnd_core.learner.settings import LEARNER_PRESETS
 from vnd_core.vehicle import load_vehicle
 
@@ -50,6 +54,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--train-iterations", type=int, default=None, help="policy training iterations (preset's)"
     )
+    parser.add_argument(
+        "--improve-rounds",
+        type=int,
+        default=0,
+        help="policy improvement rounds after the update (default 0: none)",
+    )
     parser.add_argument("--summary", type=Path, default=None, help="write the update's JSON here")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
 
@@ -76,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.train_iterations is not None:
         trainer = dataclasses.replace(config.trainer, iterations=args.train_iterations)
         config = dataclasses.replace(config, trainer=trainer)
+    if args.improve_rounds > 0:  # asked for explicitly: on whatever the preset says
+        improvement = dataclasses.replace(config.improvement, enabled=True)
+        config = dataclasses.replace(config, improvement=improvement)
     try:
         learner = ContinualLearner(vehicle, config, init)
     except ValueError as err:
@@ -91,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             "contiguous ticks"
         )
         return 2
-    result = learner.update(progress=None)
+    result = learner.update(progress=_progress_printer())
     summary = {
         "accepted": result.accepted,
         "reason": result.reason,
@@ -107,10 +120,41 @@ def run(args: argparse.Namespace) -> int:
     if not result.accepted:
         print(f"vnd learn: candidate v{summary['version']} rejected: {result.reason}")
         return EXIT_REJECTED
-    save_bundle(result.bundle, args.out)
     print(
-        f"wrote {args.out} (version {result.bundle.version}, parent {init.version}) from "
-        f"{stored} ticks in {result.total_s:.1f} s (fit {result.fit_s:.1f} s, train "
-        f"{result.train_s:.1f} s, validate {result.validate_s:.1f} s)"
+        f"vnd learn: v{result.bundle.version} from {stored} ticks in {result.total_s:.1f} s "
+        f"(fit {result.fit_s:.1f} s, train {result.train_s:.1f} s, validate "
+        f"{result.validate_s:.1f} s)"
     )
+    bundle = _improve(learner, args.improve_rounds) if args.improve_rounds > 0 else result.bundle
+    save_bundle(bundle, args.out)
+    print(f"wrote {args.out} (version {bundle.version}, parent {init.version})")
     return 0
+
+
+def _improve(learner: ContinualLearner, rounds: int) -> Bundle:
+    """Up to ``rounds`` policy improvement rounds on the learner's active model; the newest
+    version that passed the gates (the update's when none did)."""
+    for k in range(1, rounds + 1):
+        if not learner.should_improve():
+            print(f"vnd learn: improvement paused after {k - 1} rounds (no gain)")
+            break
+        result = learner.improve(progress=_progress_printer())
+        cost = (result.metrics.get("validation") or {}).get("cost_m") or {}
+        outcome = f"v{result.bundle.version}" if result.accepted else result.reason
+        figures = f" (cost {cost['candidate']:.4f} m vs {cost['active']:.4f} m)" if cost else ""
+        print(f"vnd learn: improvement round {k}/{rounds}: {outcome}{figures}")
+    return learner.active
+
+
+def _progress_printer() -> UpdateProgress:
+    """A progress callback printing each stage once and then every 10 % to stderr."""
+    last = {"stage": "", "tenth": -1}
+
+    def progress(stage: str, fraction: float) -> None:
+        tenth = int(10 * fraction)
+        if stage == last["stage"] and tenth == last["tenth"]:
+            return
+        last.update(stage=stage, tenth=tenth)
+        print(f"vnd learn: {stage} {100 * fraction:3.0f}%", file=sys.stderr, flush=True)
+
+    return progress
