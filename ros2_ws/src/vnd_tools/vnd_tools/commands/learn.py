@@ -141,7 +141,11 @@ def _improve(learner: ContinualLearner, rounds: int) -> Bundle:
         result = learner.improve(progress=_progress_printer())
         cost = (result.metrics.get("validation") or {}).get("cost_m") or {}
         outcome = f"v{result.bundle.version}" if result.accepted else result.reason
-        figures = f" (cost {cost['candidate']:.4f} m vs {cost['active']:.4f} m)" if cost else ""
+        figures = (
+            f" (cost {cost['candidate']:.4f} m vs {cost['active']:.4f} m)"
+            if cost and result.accepted
+            else ""
+        )
         print(f"vnd learn: improvement round {k}/{rounds}: {outcome}{figures}")
     return learner.active
 
