@@ -8,16 +8,24 @@ figure-eight, in calm air and in steady 4 m/s winds along +x (wind A) and +y (wi
 the first 3 s (the encoder's warm-up). This is how a learner setting is judged on real flight data
 without flying: e.g. how much of a new wind one update learns from its first 10 s.
 
+With ``--improve-rounds N`` the accepted candidate's policy is then trained further in up to N
+policy improvement rounds (as the flight learner does between updates), and every version a
+round emits is flown the same way.
+
 Prints one JSON object last: ``accepted``, ``reason``, ``timing_s`` (fit, train, validate,
-total, CPU), ``rmse_m`` (calm, wind_a, wind_b; only for an accepted candidate).
+total, CPU), ``rmse_m`` (calm, wind_a, wind_b; only for an accepted candidate), ``rounds``
+(per improvement round: accepted, learned-model cost, CPU time, and ``rmse_m`` of a new version).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -92,6 +100,9 @@ def main() -> None:
         "(e.g. trainer.iterations=60; repeatable)",
     )
     parser.add_argument("--save", type=Path, default=None, help="write the candidate here")
+    parser.add_argument(
+        "--improve-rounds", type=int, default=0, help="policy improvement rounds afterwards"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     changes = parse_assignments(args.learner_param)
@@ -117,7 +128,29 @@ def main() -> None:
         }
         if args.save:
             save_bundle(result.bundle, args.save)
+        out["rounds"] = [improvement_round(learner) for _ in range(args.improve_rounds)]
     print(json.dumps(out))
+
+
+def improvement_round(learner: ContinualLearner) -> dict:
+    """One improvement round (improvement switched on), its figures, and the new version flown."""
+    if not learner.config.improvement.enabled:
+        improvement = dataclasses.replace(learner.config.improvement, enabled=True)
+        learner.config = dataclasses.replace(learner.config, improvement=improvement)
+    cpu_start = time.process_time()
+    result = learner.improve()
+    row = {
+        "accepted": result.accepted,
+        "cost_m": (result.metrics.get("validation") or {}).get("cost_m"),
+        "cpu_s": round(time.process_time() - cpu_start, 2),
+        "reason": result.reason[:100],
+    }
+    if result.accepted:
+        row["rmse_m"] = {
+            name: round(fly_rmse_m(result.bundle, v), 4) for name, v in WINDS_MPS.items()
+        }
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return row
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ class ImprovementConfig:
 
     enabled: bool = False  # keep training the active model's policy between model updates
     round_iterations: int = 30  # training iterations between two validations of the candidate
-    learning_rate: float = 3e-4  # constant learning rate of the continued training
+    learning_rate: float = 3e-4  # learning rate at the start of each round (then decaying)
     min_gain_frac: float = 0.03  # a new version must cut the model-rollout cost by this share
     patience_rounds: int = 4  # rounds without a new version before pausing until a new basis
 
@@ -111,12 +111,12 @@ class PolicyImprover:
         self.basis = basis
         self.config = config
         self.candidate = copy.deepcopy(policy)
-        # A constant rate: the rounds have no planned end to decay towards.
+        # Each round restarts the trainer's decaying rate from learning_rate (a warm restart):
+        # the candidate the gates judge is one the rate has let settle, not one mid-step.
         round_config = dataclasses.replace(
             trainer_config,
             iterations=config.round_iterations,
             learning_rate=config.learning_rate,
-            final_lr_fraction=1.0,
         )
         self.trainer: PolicyTrainer = on_model_trainer(
             self.candidate,
@@ -136,6 +136,7 @@ class PolicyImprover:
     def train_round(self, progress: TrainProgress | None = None) -> dict:
         """Train the candidate for one round; the trainer's JSON-able summary."""
         self.candidate.train()
+        self.trainer.iteration = 0  # the rate schedule restarts; the optimiser state stays
         summary = self.trainer.train(progress=progress)
         self.candidate.eval()
         self.rounds += 1
