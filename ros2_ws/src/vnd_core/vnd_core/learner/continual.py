@@ -227,7 +227,7 @@ class LearnerConfig:
                 learning_rate=1e-3,
             ),
             "validation": ValidationConfig(eval_rollouts=128, eval_ticks=150),
-            "improvement": ImprovementConfig(enabled=True, learning_rate=1e-3),
+            "improvement": ImprovementConfig(enabled=True),
         }
         return cls(**{**base, **overrides})
 

@@ -45,7 +45,10 @@ class ImprovementConfig:
 
     enabled: bool = False  # keep training the active model's policy between model updates
     round_iterations: int = 30  # training iterations between two validations of the candidate
-    learning_rate: float = 3e-4  # learning rate at the start of each round (then decaying)
+    # learning rate at the start of each round, decaying over it: on one model fitted to a
+    # demo's first 100 s, six rounds at 1e-3 cut the true plant's error by a quarter to two
+    # fifths (three new versions); at 3e-4 one round of six beat the active policy by 3 %
+    learning_rate: float = 1e-3
     min_gain_frac: float = 0.03  # a new version must cut the model-rollout cost by this share
     patience_rounds: int = 4  # rounds without a new version before pausing until a new basis
 
