@@ -89,7 +89,7 @@ def log_thrust_model(logger: Any, config: ThrustConfig, model: ThrustModel) -> N
         )
 
 
-def flying_modes(ctbr_cls: type) -> frozenset[int]:
+def flying_modes(ctbr_cls: Any) -> frozenset[int]:
     """Controller modes whose commands are flown: the policy and both safety fallbacks."""
     return frozenset(
         {ctbr_cls.MODE_POLICY, ctbr_cls.MODE_FALLBACK_HOLD, ctbr_cls.MODE_FALLBACK_LAND}

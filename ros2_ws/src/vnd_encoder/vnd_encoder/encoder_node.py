@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from vnd_core.bundle import BundleError, shipped_bundle_path
+from vnd_core.bundle import Bundle, BundleError, shipped_bundle_path
 from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.vehicle import load_vehicle
 from vnd_flight.bundle_runtime import BundleRuntime, encoder_validator
@@ -71,16 +71,16 @@ class EncoderNode(Node):
 
     def __init__(self) -> None:
         super().__init__("encoder")
-        self.bundles: BundleRuntime | None = None  # set once the parameters are read
+        self._bundles: BundleRuntime | None = None  # set once the parameters are read
         self.cfg = freeze_parameters(self, EncoderNodeConfig)
         self.get_logger().info(request_realtime(self.cfg.realtime_priority))
         validator = encoder_validator(load_vehicle(self.cfg.vehicle), self.cfg.smoke_budget_us)
-        self.bundles = BundleRuntime(self.get_fully_qualified_name(), validator)
+        self._bundles = BundleRuntime(self.get_fully_qualified_name(), validator)
         path = self.cfg.bundle or str(shipped_bundle_path())
         self.get_logger().info(f"start-up bundle {path}")
         self.bundles.load_startup(path, self.cfg.startup_timeout_s)
         self.estimator = LatentEstimator(self.cfg.max_gap_ms)
-        self.model_of = None  # bundle whose model the estimator uses
+        self.model_of: Bundle | None = None  # bundle whose model the estimator uses
         self._use_active_bundle()
         self.ticks = TickMonitor(self.cfg.period_s)
         self.rate = RateEstimator()
@@ -189,10 +189,17 @@ class EncoderNode(Node):
             self.model_of = bundle
             self.estimator.set_model(bundle.model if bundle is not None else None)
 
+    @property
+    def bundles(self) -> BundleRuntime:
+        """The node's bundle runtime: there from the parameters on (start-up creates it)."""
+        if self._bundles is None:
+            raise RuntimeError("the bundle runtime is used before start-up created it")
+        return self._bundles
+
     def destroy_node(self) -> None:
         """Stop the bundle loader (if start-up got that far), then leave the graph."""
-        if self.bundles is not None:
-            self.bundles.close()
+        if self._bundles is not None:
+            self._bundles.close()
         super().destroy_node()
 
 

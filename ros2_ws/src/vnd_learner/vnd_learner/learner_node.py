@@ -408,7 +408,7 @@ class LearnerNode(Node):
         except RegistryError as err:
             self.get_logger().error(f"publication of v{version} not recorded: {err}")
 
-    def _set_state(self, state: int, message: str) -> None:
+    def _set_state(self, state: LearnerState, message: str) -> None:
         changed = (state, message) != (self.state, self.message)
         self.state, self.message = state, message
         if changed and hasattr(self, "status_pub"):

@@ -132,7 +132,7 @@ def _send_loop(proc: subprocess.Popen, outbox: queue.Queue) -> None:
             proc.stdin.close()
 
 
-def _receive_loop(proc: subprocess.Popen, inbox: queue.Queue) -> None:
+def _receive_loop(proc: subprocess.Popen[bytes], inbox: queue.Queue) -> None:
     """Reader thread: frames from the worker's stdout; an ``exited`` frame once it ends."""
     assert proc.stdout is not None
     note = ""

@@ -34,6 +34,7 @@ import gc
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,7 +132,7 @@ class PolicyNode(Node):
 
     def __init__(self) -> None:
         super().__init__("policy")
-        self.bundles: BundleRuntime | None = None  # set once the parameters are read
+        self._bundles: BundleRuntime | None = None  # set once the parameters are read
         self.cfg = freeze_parameters(self, PolicyNodeConfig)
         # The tick thread's scheduling (this one: the executor's), read each tick only when the
         # host diagnostics are asked for (vnd fly --host-diagnostics), as the others are.
@@ -151,7 +152,7 @@ class PolicyNode(Node):
                 "UNSAFE: unsafe_skip_behaviour_check is set: bundles become active WITHOUT the "
                 "behavioural check (closed-loop envelope rollouts); a test-only parameter"
             )
-        self.bundles = BundleRuntime(
+        self._bundles = BundleRuntime(
             self.get_fully_qualified_name(),
             policy_validator(vehicle, self.cfg.smoke_budget_us, behaviour),
         )
@@ -170,7 +171,7 @@ class PolicyNode(Node):
         self.last_tick_mono_ns: int | None = None
         self.ticked_stamp_ns: int | None = None  # odometry stamp the last tick used
         self.watchdog_due_ns: int | None = None  # monotonic time the watchdog ticks at
-        self.watchdog_timer = None  # the deadline timer (set by _wire)
+        self.watchdog_timer: Any = None  # the deadline timer of the node's backend (set by _wire)
         self.status_period_ns = round(self.cfg.status_period_s * NS_PER_S)
         self.last_status_ns: int | None = None  # clock time of the last vnd/node_status
         self.mode_reason = ""  # why the controller is in its mode (the last change's reason)
@@ -188,7 +189,10 @@ class PolicyNode(Node):
             self.CtbrCommand, "vnd/command", qos_profile_sensor_data
         )
         self.replay_pub = self.create_publisher(self.Transition, "vnd/replay", qos_profile_replay)
-        arming = {CheckpointAction.ARM: self.arm_reply, CheckpointAction.DISARM: self.disarm_reply}
+        arming: dict[int, Callable[[str], CheckpointReply]] = {
+            CheckpointAction.ARM: self.arm_reply,
+            CheckpointAction.DISARM: self.disarm_reply,
+        }
         self.checkpoint = CheckpointEndpoint.for_node(
             self, self.bundles, self.CheckpointStatus, qos_profile_checkpoint_status, arming
         )
@@ -308,10 +312,11 @@ class PolicyNode(Node):
 
     def tick(self, fresh: bool) -> None:
         """One control tick on the newest odometry; ``fresh`` when a new sample triggered it."""
-        self.last_tick_mono_ns = time.monotonic_ns()
-        self._schedule_watchdog(fresh)
+        self.last_tick_mono_ns = now_mono_ns = time.monotonic_ns()
+        self._schedule_watchdog(now_mono_ns, fresh)
         if fresh and self.rehearsal_timer is not None:
             self.rehearsal_timer.reset()
+        assert self.odom is not None  # ticks start with the first odometry
         state, odom_stamp_ns = self.odom
         self.ticked_stamp_ns = odom_stamp_ns
         now_ns = self.get_clock().now().nanoseconds
@@ -361,17 +366,17 @@ class PolicyNode(Node):
                 throttle_duration_sec=1.0,
             )
 
-    def _schedule_watchdog(self, fresh: bool) -> None:
+    def _schedule_watchdog(self, now_ns: int, fresh: bool) -> None:
         """Next watchdog tick: one period + margin after an odometry tick; on the 50 Hz grid
         (previous due time + one period) while the watchdog itself is ticking. The deadline
-        timer is set to fire then."""
-        now_ns = self.last_tick_mono_ns
+        timer is set to fire then (``now_ns``: this tick's monotonic time)."""
         if fresh or self.watchdog_due_ns is None:
             margin_ns = round(self.cfg.tick_margin_s * NS_PER_S)
-            self.watchdog_due_ns = now_ns + self.period_ns + margin_ns
+            due_ns = now_ns + self.period_ns + margin_ns
         else:
-            self.watchdog_due_ns = max(self.watchdog_due_ns + self.period_ns, now_ns + 1)
-        wait_ns = max(self.watchdog_due_ns - now_ns, MIN_TIMER_WAIT_NS)
+            due_ns = max(self.watchdog_due_ns + self.period_ns, now_ns + 1)
+        self.watchdog_due_ns = due_ns
+        wait_ns = max(due_ns - now_ns, MIN_TIMER_WAIT_NS)
         if self.watchdog_wait_ns != wait_ns:  # a period change is a middleware call: only then
             self.watchdog_timer.timer_period_ns = self.watchdog_wait_ns = wait_ns
         self.watchdog_timer.reset()
@@ -483,10 +488,17 @@ class PolicyNode(Node):
         self.status_pub.publish(status)
         self.last_status_ns = now_ns
 
+    @property
+    def bundles(self) -> BundleRuntime:
+        """The node's bundle runtime: there from the parameters on (start-up creates it)."""
+        if self._bundles is None:
+            raise RuntimeError("the bundle runtime is used before start-up created it")
+        return self._bundles
+
     def destroy_node(self) -> None:
         """Stop the bundle loader (if start-up got that far), then leave the graph."""
-        if self.bundles is not None:
-            self.bundles.close()
+        if self._bundles is not None:
+            self._bundles.close()
         if self.sched is not None:
             self.sched.close()
         super().destroy_node()

@@ -66,7 +66,7 @@ def typestore(distro: str | None = None) -> Typestore:
     return _typestore(_distro(distro))
 
 
-def get_message(name: str, *, distro: str | None = None) -> type:
+def get_message(name: str, *, distro: str | None = None) -> Any:
     """Message class of ROS type ``name`` (``'vnd_msgs/msg/Latent'``) for the active backend.
 
     ``distro`` (dds backend only) overrides ``ros_distro()``. Raises UnknownMessageTypeError

@@ -99,7 +99,8 @@ class OdomFaultNode(Node):
         """Start the requested fault once its delay has passed."""
         if self.requested == "none":
             return
-        if self.delayed and stamp - self.first_stamp_ns < round(self.cfg.fault_after_s * NS_PER_S):
+        first_ns = stamp if self.first_stamp_ns is None else self.first_stamp_ns
+        if self.delayed and stamp - first_ns < round(self.cfg.fault_after_s * NS_PER_S):
             return
         self.fault = OdometryFault(self.requested, stamp)
         self.get_logger().warning(f"odometry fault {self.requested} from stamp {stamp}")

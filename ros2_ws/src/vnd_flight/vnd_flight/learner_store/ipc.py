@@ -17,7 +17,7 @@ import json
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 
@@ -99,7 +99,7 @@ def write_frame(
     stream.flush()
 
 
-def _read_exact(stream: BinaryIO, size: int, what: str) -> bytes:
+def _read_exact(stream: IO[bytes], size: int, what: str) -> bytes:
     chunks = []
     remaining = size
     while remaining:
@@ -112,7 +112,7 @@ def _read_exact(stream: BinaryIO, size: int, what: str) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(stream: BinaryIO) -> Frame | None:
+def read_frame(stream: IO[bytes]) -> Frame | None:
     """The next frame of ``stream``; None at a clean end of stream; FrameError when corrupt."""
     first = stream.read(_PREFIX.size)
     if not first:
