@@ -35,7 +35,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,6 @@ from vnd_core.behaviour import BehaviourCheckConfig
 from vnd_core.bundle import BundleError, shipped_bundle_path
 from vnd_core.config_io import ConfigError
 from vnd_core.counters import ReasonCounter
-from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import load_scenario
 from vnd_core.units import NS_PER_S
 from vnd_core.vehicle import load_vehicle
@@ -64,7 +62,7 @@ from vnd_flight.controller import (
 from vnd_flight.msgfields import odometry_state, set_stamp, stamp_ns
 from vnd_flight.realtime import request_realtime
 from vnd_flight.safety import EVENT_CRASH
-from vnd_flight.safety_config import ModeChange, SafetyConfig
+from vnd_flight.safety_config import ModeChange
 from vnd_flight.stats import (
     LatencyWindow,
     RateEstimator,
@@ -73,7 +71,7 @@ from vnd_flight.stats import (
     late_tick_breakdown,
 )
 from vnd_ros.messages import get_message
-from vnd_ros.params import ParameterError, freeze_parameters, param
+from vnd_ros.params import ParameterError, freeze_parameters
 from vnd_ros.qos import (
     qos_profile_checkpoint_status,
     qos_profile_default,
@@ -83,6 +81,8 @@ from vnd_ros.qos import (
     qos_profile_status,
 )
 from vnd_ros.runtime import Node, init, spin_until_shutdown, start_node
+
+from vnd_policy.parameters import PolicyNodeConfig
 
 # Node counters (besides the controller's and the safety filter's).
 ODOM_NON_FINITE = "odom_non_finite_dropped"
@@ -94,37 +94,6 @@ BUNDLE_REJECTED = "bundle_rejections"
 LATENT_WARN_NS = 500_000_000
 MIN_TIMER_WAIT_NS = 100_000  # shortest watchdog timer period (a due time already passed)
 WARNED_LATENT = frozenset({LATENT_MISSING, LATENT_STALE, LATENT_MISMATCH, LATENT_SIZE})
-
-
-@dataclass(frozen=True)
-class PolicyNodeConfig:
-    """Parameters of the policy node (the control period is ``safety.period_s``)."""
-
-    bundle: str = param("", "start-up bundle path; empty = the shipped base bundle")
-    realtime_priority: int = param(0, "SCHED_FIFO priority of the control path, 1-99; 0 = off")
-    vehicle: str = param("agile", "vehicle name or YAML path: limits and fallback model")
-    min_tick_interval_s: float = param(
-        0.018, "odometry stamped closer than this to the last tick's odometry waits (s)"
-    )
-    tick_margin_s: float = param(0.006, "watchdog ticks after period + this without a tick (s)")
-    rehearsal_lead_s: float = param(
-        0.0025, "rehearse the tick (cache warming) this long before odometry is due (s); 0 = off"
-    )
-    latent_max_age_s: float = param(0.1, "a latent older than this is not used (s)")
-    smoke_budget_us: float = param(2000.0, "bundle check: median inference time limit (us)")
-    unsafe_skip_behaviour_check: bool = param(
-        False, "TEST ONLY: let bundles fly without the behavioural check (logs an error)"
-    )
-    startup_timeout_s: float = param(60.0, "longest wait for the start-up bundle (s)")
-    status_period_s: float = param(1.0, "period of vnd/node_status reports (s)")
-    host_diagnostics: bool = param(
-        False, "read the tick thread's /proc schedstat each tick to split late-tick warnings"
-    )
-    world_frame: str = param("world", "frame_id of tick records (ENU world)")
-    body_frame: str = param("base_link", "frame_id of commands (FLU body)")
-    scenario: str = param("", "fly this scenario's reference (name or YAML); empty = `reference`")
-    reference: ReferenceSpec = field(default_factory=ReferenceSpec)  # parameter reference
-    safety: SafetyConfig = field(default_factory=SafetyConfig)  # safety filter and fallback
 
 
 class PolicyNode(Node):

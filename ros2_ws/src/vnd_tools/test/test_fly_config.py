@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from vnd_policy.policy_node import PolicyNodeConfig
+from vnd_policy.parameters import PolicyNodeConfig
 from vnd_tools.commands.fly import CONFIG_DIR, FlightOptions, add_arguments, prepare_config
 
 
