@@ -8,7 +8,8 @@
 - :class:`SimulatedFlight`: closed loop on the true plant that produces tick records.
 """
 
-from vnd_core.learner.continual import ContinualLearner, LearnerConfig, UpdateResult
+from vnd_core.learner.config import LearnerConfig
+from vnd_core.learner.continual import ContinualLearner, UpdateResult
 from vnd_core.learner.policy_update import train_policy_on_model
 from vnd_core.learner.records import MODE_POLICY, TickRecords
 from vnd_core.learner.replay import EvictionReport, ReplayBuffer, kmeans

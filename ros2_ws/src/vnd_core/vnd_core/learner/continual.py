@@ -31,15 +31,17 @@ import math
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
-from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
-from vnd_core.bundle import Bundle, BundleError, content_id
-from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
-from vnd_core.learner.improvement import ImprovementBasis, ImprovementConfig, PolicyImprover
+from vnd_core.bundle import Bundle, content_id
+from vnd_core.dynamics import NominalModel
+from vnd_core.learner.config import LearnerConfig
+from vnd_core.learner.gates import run_gates
+from vnd_core.learner.improvement import ImprovementBasis, PolicyImprover
 from vnd_core.learner.novelty import (
     UnexplainedCounter,
     focus_weights,
@@ -54,26 +56,15 @@ from vnd_core.learner.policy_update import (
 from vnd_core.learner.records import MODE_POLICY, TickRecords
 from vnd_core.learner.replay import EvictionReport, ReplayBuffer
 from vnd_core.learner.segmenter import to_segments
-from vnd_core.learner.validation import (
-    ValidationConfig,
-    action_limit_violation,
-    calm_tracking_regression,
-    hover_deviation_m,
-    make_eval_set,
-    model_worse_than_prior,
-    non_finite_tensor,
-    rollout_errors,
-    rotation_worse_than_prior,
-)
 from vnd_core.policy import PolicyNet
-from vnd_core.trainer import Dynamics, TrainerConfig
+from vnd_core.trainer import Dynamics
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.components import SUMMARY_KEY, check_components
+from vnd_core.vnd.components import SUMMARY_KEY
 from vnd_core.vnd.data import NO_LABEL, TransitionDataset
 from vnd_core.vnd.features import prior_error
-from vnd_core.vnd.fit import FitConfig, fit_vnd
+from vnd_core.vnd.fit import fit_vnd
 from vnd_core.vnd.metrics import latent_knn_accuracy
-from vnd_core.vnd.model import VNDModel, VNDModelConfig
+from vnd_core.vnd.model import EncodedLatents, VNDModel, VNDModelConfig
 
 # Unexplained windows count only in runs this long (1 s): in the demo's calm figure-eight flight
 # about 10 % of the windows (as the pose filter gives them) exceed the calm threshold, in runs of
@@ -88,148 +79,6 @@ _STAGE_SPAN = {
     "improve": (0.0, 0.9),  # an improvement round: training, then the gates
     "validate": (0.9, 1.0),
 }
-
-
-@dataclass(frozen=True)
-class LearnerConfig:
-    """Settings of the continual learner; ``quick()``, ``standard()`` and ``full()`` are the
-    presets."""
-
-    control_period_s: float = CONTROL_PERIOD_S  # nominal period of the tick stream
-    gap_factor: float = 1.5  # a stamp step above this many periods breaks a segment (1 to 2)
-    velocity_half_window: int = 4  # learn from position-slope velocities over +-this many ticks
-    capacity_ticks: int = 30_000  # replay capacity (10 min at 50 Hz)
-    chunk_ticks: int = 50  # eviction granularity (1 s)
-    eviction_clusters: int = 6  # k of the k-means partition the eviction balances
-    eviction_slack: float = 0.05  # an eviction pass frees this fraction of the capacity
-    min_new_ticks: int = 500  # new ticks needed before an update (10 s)
-    min_interval_s: float = 10.0  # time needed between two updates
-    min_windows: int = 64  # fit windows needed before the first update
-    # new ticks whose window the active model does not explain (novelty.py) needed before an
-    # update, unless the flight the prior does not explain has doubled; 0: any new data will do
-    min_unexplained_ticks: int = 0
-    # unexplained new ticks (counted as for min_unexplained_ticks) that preempt a running
-    # update (see ContinualLearner.update); None: min_unexplained_ticks
-    preempt_unexplained_ticks: int | None = None
-    # share of each fit batch drawn from the windows the active model does not explain (a new
-    # condition gets a fair share of a short fit however little of the replay it is yet)
-    focus_fraction: float = 0.3
-    # fit steps of an update whose data hold nothing new to the active model (no run of
-    # unexplained windows): refining known conditions needs fewer than separating a new one
-    # in the latent; None: always fit.steps
-    refine_fit_steps: int | None = None
-    model: VNDModelConfig = field(default_factory=VNDModelConfig)  # architecture of a new model
-    fit: FitConfig = field(default_factory=FitConfig)  # model fit per update
-    trainer: TrainerConfig = field(default_factory=TrainerConfig)  # policy training per update
-    anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
-    pool_fraction: float = 0.8  # other episodes whose z is a re-encoded replay latent
-    residual_components: str = "translational"  # residual parts the policy trains against
-    validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
-    # policy training between model updates (improvement.py)
-    improvement: ImprovementConfig = field(default_factory=ImprovementConfig)
-    seed: int = 0  # seeds fit, training and eviction (each update offsets it by its version)
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first impossible field."""
-        if not 1.0 < self.gap_factor < 2.0:
-            # below 2 a single missing (e.g. non-POLICY, not stored) tick always breaks a run
-            raise ValueError(f"gap_factor must be within (1, 2), got {self.gap_factor}")
-        if not self.control_period_s > 0:
-            raise ValueError(f"control_period_s must be > 0, got {self.control_period_s}")
-        for name in ("min_new_ticks", "min_windows"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.velocity_half_window < 0:
-            raise ValueError(f"velocity_half_window must be >= 0, got {self.velocity_half_window}")
-        if self.min_unexplained_ticks < 0:
-            n = self.min_unexplained_ticks
-            raise ValueError(f"min_unexplained_ticks must be >= 0, got {n}")
-        if not 0.0 <= self.focus_fraction <= 1.0:
-            raise ValueError(f"focus_fraction must be within [0, 1], got {self.focus_fraction}")
-        if self.preempt_unexplained_ticks is not None and self.preempt_unexplained_ticks < 1:
-            n = self.preempt_unexplained_ticks
-            raise ValueError(f"preempt_unexplained_ticks must be >= 1 or None, got {n}")
-        if self.refine_fit_steps is not None and self.refine_fit_steps < 1:
-            raise ValueError(f"refine_fit_steps must be >= 1 or None, got {self.refine_fit_steps}")
-        if self.min_interval_s < 0 or not 0 <= self.eviction_slack < 0.5:
-            raise ValueError("min_interval_s must be >= 0 and eviction_slack within [0, 0.5)")
-        self.model.validate()
-        check_components(self.residual_components)
-        self.fit.validate()
-        self.trainer.validate()
-        self.improvement.validate()
-
-    @classmethod
-    def quick(cls, **overrides) -> LearnerConfig:
-        """One update cycle in a few seconds of one core on about a minute of flight."""
-        base = {
-            "capacity_ticks": 6_000,
-            "min_new_ticks": 250,
-            "min_interval_s": 5.0,
-            "fit": FitConfig.quick(seed=0),
-            "trainer": TrainerConfig(
-                num_envs=64,
-                horizon_ticks=16,
-                episode_ticks=150,
-                iterations=10,
-                learning_rate=1e-3,
-            ),
-            "validation": ValidationConfig(eval_rollouts=32, eval_ticks=50, hover_ticks=100),
-        }
-        return cls(**{**base, **overrides})
-
-    @classmethod
-    def standard(cls, **overrides) -> LearnerConfig:
-        """The flight default (``make demo``, the launch files): an update in 20-30 s of an
-        idle core (35-67 s beside the 2-core demo stack). An update waits for 5 s of flight the
-        active model does not explain, or for twice the flight the prior does not explain:
-        on data it explains it has nothing to learn, could only lose calm tracking, and would
-        hold the core for its whole cycle when a new condition begins."""
-        base = {
-            "capacity_ticks": 15_000,
-            "min_new_ticks": 400,
-            "min_interval_s": 8.0,
-            "min_unexplained_ticks": 250,
-            # 5 s of a new wind preempted the update running when it began, and the next update,
-            # learning wind B from those 5-6 s, left it merged with calm flight in the latent
-            # (0.06-0.08 m after it landed, against about 0.045 m when learned from 17 s)
-            "preempt_unexplained_ticks": 500,
-            # 200 steps learned a first wind but left a second one merged with calm flight in
-            # the latent; 400 with the focus on unexplained windows learn it from 10 s of data.
-            # Re-learning a known wind from more data needs no more than 200, and the shorter
-            # cycle lands it about 12 s sooner beside the stack.
-            "fit": FitConfig(steps=400, batch_size=64),
-            "refine_fit_steps": 200,
-            # Twice the rollouts in half the iterations: the same candidates (one update on 10 s
-            # of a new wind: wind B 0.044 m against 0.029 m, wind A and calm as good) in about
-            # 5 s less of the cycle, since a step's cost is mostly per-op overhead.
-            "trainer": TrainerConfig(
-                num_envs=256,
-                horizon_ticks=32,
-                iterations=30,
-                learning_rate=3e-4,  # 1e-3 lost twice as much calm tracking for the same gain
-            ),
-            "validation": ValidationConfig(eval_rollouts=64, eval_ticks=100, hover_ticks=150),
-            "improvement": ImprovementConfig(enabled=True),
-        }
-        return cls(**{**base, **overrides})
-
-    @classmethod
-    def full(cls, **overrides) -> LearnerConfig:
-        """The longest budget (offline ``vnd learn``, or a vehicle computer with cores to
-        spare): longer fits and policy training, wider validation."""
-        base = {
-            "fit": FitConfig(steps=400, batch_size=128),
-            "trainer": TrainerConfig(
-                num_envs=256,
-                horizon_ticks=32,
-                iterations=100,
-                learning_rate=1e-3,
-            ),
-            "validation": ValidationConfig(eval_rollouts=128, eval_ticks=150),
-            "improvement": ImprovementConfig(enabled=True),
-        }
-        return cls(**{**base, **overrides})
 
 
 @dataclass
@@ -255,7 +104,7 @@ class _PreemptedError(Exception):
 class ContinualLearner:
     """Replay, update decisions and update cycles around an active bundle."""
 
-    def __init__(self, vehicle: VehicleParams, config: LearnerConfig, active: Bundle):
+    def __init__(self, vehicle: VehicleParams, config: LearnerConfig, active: Bundle) -> None:
         config.validate()
         self.vehicle = vehicle
         self.config = config
@@ -480,7 +329,6 @@ class ContinualLearner:
         whether ``model`` (named ``judge``) leaves ``needed`` of them unexplained (default
         ``preempt_unexplained_ticks``; never when ``min_unexplained_ticks`` is 0: nothing is
         counted)."""
-
         c = self.config
         needed = needed or c.preempt_unexplained_ticks or c.min_unexplained_ticks
 
@@ -778,7 +626,7 @@ class ContinualLearner:
             torch.manual_seed(self.config.seed)
             return VNDModel(self.vehicle, self.config.model)
 
-    def _dataset(self, prior) -> TransitionDataset:
+    def _dataset(self, prior: NominalModel) -> TransitionDataset:
         """Transition dataset of every learnable segment of the replay."""
         segments = to_segments(
             self.replay.records,
@@ -863,7 +711,7 @@ class ContinualLearner:
                 rows.append(prior_error(prior, states[:-1], actions[:-1], states[1:]).mean(0))
         return torch.stack(rows).numpy()
 
-    def _latent_metrics(self, latents) -> dict:
+    def _latent_metrics(self, latents: EncodedLatents | None) -> dict:
         """Spread of the re-encoded latents and, with condition labels, their k-NN accuracy."""
         if latents is None or len(latents.z) == 0:
             return {}
@@ -880,78 +728,23 @@ class ContinualLearner:
     def _validate(
         self, policy: PolicyNet, dynamics: Dynamics, model: VNDModel, dataset: TransitionDataset
     ) -> tuple[str | None, dict]:
-        """Run the gates in order; (first failure reason or None, figures)."""
-        v = self.config.validation
-        checks: dict = {}
-        reason = non_finite_tensor(policy, "policy") or non_finite_tensor(model, "model")
-        if reason:
-            return reason, checks
-        reason = action_limit_violation(policy, self.vehicle, v.probe_observations, v.seed)
-        if reason:
-            return reason, checks
-        components = self.config.residual_components
-        reason, checks["model_check"] = model_worse_than_prior(model, dataset, v, components)
-        if reason:
-            return reason, checks
-        reason, checks["rotation_check"] = rotation_worse_than_prior(model, dataset, v, components)
-        if reason:
-            return reason, checks
-        active = self._active
-        eval_set = make_eval_set(model, active.model, active.policy.latent_dim, dataset, v)
-        dt_s = model.prior.config.dt_s
-        # the model maps the action issued d ticks ago to the next state: roll out with that lag
-        delay = model.config.action_delay_ticks or v.delay_ticks
-
-        def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
-            errors = rollout_errors(
-                p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay
-            )
-            return float(errors.mean())
-
-        candidate_cost = cost(policy, eval_set.z_model)
-        active_cost = cost(active.policy, eval_set.z_active)
-        checks["cost_m"] = {"candidate": candidate_cost, "active": active_cost}
-        allowed = active_cost * (1.0 + v.cost_margin_frac) + v.cost_margin_m
-        if not candidate_cost <= allowed:
-            return (
-                f"cost on learned-model rollouts {candidate_cost:.4f} m exceeds the active "
-                f"policy's {active_cost:.4f} m beyond the margin (allowed {allowed:.4f} m)",
-                checks,
-            )
-        reason, checks["calm_cost_m"] = calm_tracking_regression(
-            policy, active.policy, self.vehicle, eval_set, v, delay
+        """Run the gates (:func:`gates.run_gates`) against the active bundle."""
+        return run_gates(
+            policy,
+            dynamics,
+            model,
+            dataset,
+            active=self._active,
+            vehicle=self.vehicle,
+            validation=self.config.validation,
+            components=self.config.residual_components,
         )
-        if reason:
-            return reason, checks
-        deviation = hover_deviation_m(policy, self.vehicle, v.hover_ticks)
-        checks["hover_deviation_m"] = deviation
-        if not deviation <= v.hover_max_dev_m:
-            return (
-                f"hover sanity: deviation {deviation:.3f} m from rest on the prior with z = 0 "
-                f"exceeds {v.hover_max_dev_m} m",
-                checks,
-            )
-        if v.behaviour_check:
-            candidate = Bundle(active.version + 1, active.version, policy, self.vehicle, model)
-            # The check's own tilt and rate limits: the default safety filter's are looser, and
-            # the policy node checks the bundle again against its configured filter on load.
-            envelope = BehaviourCheckConfig.for_flight(self.vehicle)
-            try:
-                report = behaviour_check(candidate, envelope)
-            except BundleError as err:
-                return str(err), checks
-            checks["behaviour"] = {
-                "max_tilt_rad": report.max_tilt_rad,
-                "max_body_rate_radps": report.max_body_rate_radps,
-                "max_position_error_m": report.max_position_error_m,
-            }
-        return None, checks
 
 
 class _Progress:
     """Maps per-stage fractions to the whole cycle and forwards them (if a callback is set)."""
 
-    def __init__(self, callback: UpdateProgress | None):
+    def __init__(self, callback: UpdateProgress | None) -> None:
         self.callback = callback
         self.preempt_when: Callable[[], bool] | None = None  # checked until validation
         self.preempted_by: tuple[str, int] = ("", 0)  # (judge, unexplained count) last checked
@@ -998,7 +791,7 @@ def _no_gain(cost_m: dict, min_gain_frac: float) -> str | None:
     )
 
 
-def _json_safe(value):
+def _json_safe(value: Any) -> Any:
     """``value`` with non-finite floats replaced by None (bundle metadata is strict JSON)."""
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}

@@ -1,7 +1,7 @@
 """The learner's configuration between processes: the preset table, the typed file the worker
 reads, and dotted-name overrides.
 
-A :class:`~vnd_core.learner.continual.LearnerConfig` is one of the presets of
+A :class:`~vnd_core.learner.config.LearnerConfig` is one of the presets of
 :data:`LEARNER_PRESETS` with some fields replaced. Fields are named as the learner node's ROS
 parameters name them: ``min_new_ticks`` at the top, ``trainer.iterations`` inside a section.
 The node writes the effective configuration as a YAML file (:func:`write_config_file`) that
@@ -21,11 +21,11 @@ from typing import Any
 import yaml
 
 from vnd_core.config_io import ConfigError, from_mapping, read_yaml
-from vnd_core.learner.continual import LearnerConfig
+from vnd_core.learner.config import LearnerConfig
 
 # The one table of learner presets; the learner node's `preset` parameter and `vnd eval
 # --learner-preset` choose from it.
-LEARNER_PRESETS: dict[str, Callable[[], LearnerConfig]] = {
+LEARNER_PRESETS: dict[str, Callable[..., LearnerConfig]] = {
     "quick": LearnerConfig.quick,
     "standard": LearnerConfig.standard,
     "full": LearnerConfig.full,

@@ -1,0 +1,108 @@
+"""The gates every learner candidate passes before it becomes a bundle version, in order:
+finite weights, command limits, model sanity (translational and rotational), cost on
+learned-model roll-outs against the active policy, calm tracking on the bare prior, hover
+stability, and the behaviour check every policy node runs on load (:mod:`validation` holds
+each check)."""
+
+from __future__ import annotations
+
+import torch
+
+from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
+from vnd_core.bundle import Bundle, BundleError
+from vnd_core.learner.validation import (
+    ValidationConfig,
+    action_limit_violation,
+    calm_tracking_regression,
+    hover_deviation_m,
+    make_eval_set,
+    model_worse_than_prior,
+    non_finite_tensor,
+    rollout_errors,
+    rotation_worse_than_prior,
+)
+from vnd_core.policy import PolicyNet
+from vnd_core.trainer import Dynamics
+from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.model import VNDModel
+
+
+def run_gates(
+    policy: PolicyNet,
+    dynamics: Dynamics,
+    model: VNDModel,
+    dataset: TransitionDataset,
+    *,
+    active: Bundle,
+    vehicle: VehicleParams,
+    validation: ValidationConfig,
+    components: str,
+) -> tuple[str | None, dict]:
+    """Run the gates on candidate ``policy`` (trained on ``dynamics``, the frozen ``model``
+    fitted on ``dataset``) against the ``active`` bundle; (first failure reason or None,
+    figures of every gate run)."""
+    v = validation
+    checks: dict = {}
+    reason = non_finite_tensor(policy, "policy") or non_finite_tensor(model, "model")
+    if reason:
+        return reason, checks
+    reason = action_limit_violation(policy, vehicle, v.probe_observations, v.seed)
+    if reason:
+        return reason, checks
+    reason, checks["model_check"] = model_worse_than_prior(model, dataset, v, components)
+    if reason:
+        return reason, checks
+    reason, checks["rotation_check"] = rotation_worse_than_prior(model, dataset, v, components)
+    if reason:
+        return reason, checks
+    active = active
+    eval_set = make_eval_set(model, active.model, active.policy.latent_dim, dataset, v)
+    dt_s = model.prior.config.dt_s
+    # the model maps the action issued d ticks ago to the next state: roll out with that lag
+    delay = model.config.action_delay_ticks or v.delay_ticks
+
+    def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
+        errors = rollout_errors(
+            p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay
+        )
+        return float(errors.mean())
+
+    candidate_cost = cost(policy, eval_set.z_model)
+    active_cost = cost(active.policy, eval_set.z_active)
+    checks["cost_m"] = {"candidate": candidate_cost, "active": active_cost}
+    allowed = active_cost * (1.0 + v.cost_margin_frac) + v.cost_margin_m
+    if not candidate_cost <= allowed:
+        return (
+            f"cost on learned-model rollouts {candidate_cost:.4f} m exceeds the active "
+            f"policy's {active_cost:.4f} m beyond the margin (allowed {allowed:.4f} m)",
+            checks,
+        )
+    reason, checks["calm_cost_m"] = calm_tracking_regression(
+        policy, active.policy, vehicle, eval_set, v, delay
+    )
+    if reason:
+        return reason, checks
+    deviation = hover_deviation_m(policy, vehicle, v.hover_ticks)
+    checks["hover_deviation_m"] = deviation
+    if not deviation <= v.hover_max_dev_m:
+        return (
+            f"hover sanity: deviation {deviation:.3f} m from rest on the prior with z = 0 "
+            f"exceeds {v.hover_max_dev_m} m",
+            checks,
+        )
+    if v.behaviour_check:
+        candidate = Bundle(active.version + 1, active.version, policy, vehicle, model)
+        # The check's own tilt and rate limits: the default safety filter's are looser, and
+        # the policy node checks the bundle again against its configured filter on load.
+        envelope = BehaviourCheckConfig.for_flight(vehicle)
+        try:
+            report = behaviour_check(candidate, envelope)
+        except BundleError as err:
+            return str(err), checks
+        checks["behaviour"] = {
+            "max_tilt_rad": report.max_tilt_rad,
+            "max_body_rate_radps": report.max_body_rate_radps,
+            "max_position_error_m": report.max_position_error_m,
+        }
+    return None, checks
