@@ -130,6 +130,7 @@ def test_report_json_contract_and_files(tmp_path):
         "decided_s": 12.0,
         "active_s": 12.4,
         "push_s": 0.4,
+        "kind": "model",
     }
     assert data["model_updates"][1]["active_s"] is None
     assert data["model_push_median_s"] == pytest.approx(0.4)

@@ -300,8 +300,10 @@ def _model_updates(index_path: Path, inputs: FlightInputs, clock: ScenarioClock)
     from vnd_tools.flight_report import ModelUpdate
 
     decided: dict[int, float] = {}
+    kinds: dict[int, str] = {}  # version -> "model" or "policy" (a policy improvement)
     if index_path.is_file():
         for entry in json.loads(index_path.read_text()).get("bundles", []):
+            kinds[int(entry["version"])] = str((entry.get("metrics") or {}).get("kind", "model"))
             if entry.get("decided_wall_s") is not None:
                 decided[int(entry["version"])] = clock.wall_to_scenario_s(entry["decided_wall_s"])
     for version, stamp in inputs.learner_versions.items():
@@ -312,5 +314,6 @@ def _model_updates(index_path: Path, inputs: FlightInputs, clock: ScenarioClock)
         nodes = inputs.swaps.get(version, {})
         both = len(nodes) >= 2
         active = float(clock.to_scenario_s(max(nodes.values()))) if both else None
-        updates.append(ModelUpdate(version, decided.get(version), active))
+        kind = kinds.get(version, "model")
+        updates.append(ModelUpdate(version, decided.get(version), active, kind))
     return updates

@@ -243,6 +243,7 @@ class ModelUpdate:
     version: int  # bundle version
     decided_s: float | None  # scenario time the learner accepted it [s]
     active_s: float | None  # scenario time both encoder and policy had it active [s]
+    kind: str = "model"  # "model": a model update; "policy": a policy improvement
 
     @property
     def push_s(self) -> float | None:
@@ -258,6 +259,7 @@ class ModelUpdate:
             "decided_s": _round(self.decided_s, 3),
             "active_s": _round(self.active_s, 3),
             "push_s": _round(self.push_s, 3),
+            "kind": self.kind,
         }
 
 

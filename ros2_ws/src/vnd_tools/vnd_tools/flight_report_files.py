@@ -65,10 +65,15 @@ def summary_table(data: dict[str, Any]) -> str:
         lines.append(_stall_line(stalls))
     updates = data["model_updates"]
     pushes = ", ".join(
-        f"v{u['version']} decided {_fmt(u['decided_s'], 1)} s active {_fmt(u['active_s'], 1)} s"
+        f"v{u['version']}{' (policy)' if u.get('kind') == 'policy' else ''} decided "
+        f"{_fmt(u['decided_s'], 1)} s active {_fmt(u['active_s'], 1)} s"
         for u in updates
     )
-    lines.append(f"model updates: {len(updates)}" + (f" ({pushes})" if pushes else ""))
+    improved = sum(u.get("kind") == "policy" for u in updates)
+    lines.append(
+        f"new bundles: {len(updates)} ({len(updates) - improved} model updates, {improved} "
+        "policy-only)" + (f": {pushes}" if pushes else "")
+    )
     if data.get("vehicle_crashed"):
         lines.append(
             "WARNING: the simulated vehicle crashed (reported at scenario time "
