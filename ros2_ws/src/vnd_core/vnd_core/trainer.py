@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import cast
 
 import torch
 
@@ -141,7 +142,7 @@ class PolicyTrainer:
         vehicle: VehicleParams,
         config: TrainerConfig | None = None,
         z_sampler: ZSampler | None = None,
-    ):
+    ) -> None:
         self.policy = policy
         self.dynamics = dynamics
         self.vehicle = vehicle
@@ -529,7 +530,8 @@ def _counting_inductor(graph: torch.fx.GraphModule, example_inputs: list) -> Cal
     from torch._inductor.compile_fx import compile_fx
 
     _GRAPHS_COMPILED[0] += 1
-    return compile_fx(graph, example_inputs)
+    # torch annotates compile_fx's result more widely than the callable a backend returns
+    return cast(Callable, compile_fx(graph, example_inputs))
 
 
 def compiled_tick() -> Callable:

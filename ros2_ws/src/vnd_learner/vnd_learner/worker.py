@@ -137,7 +137,7 @@ def run_update(
     frames are kept in ``held``."""
     from vnd_core.bundle import bundle_to_bytes
 
-    last = {"stage": "", "sent_s": 0.0}
+    last: dict[str, Any] = {"stage": "", "sent_s": 0.0}
 
     def progress(stage: str, fraction: float) -> None:
         # Stage changes always go out; within a stage at most one frame per PROGRESS_PERIOD_S.

@@ -29,6 +29,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -187,7 +188,7 @@ class DisturbedPrior:
     torque, each held constant over the 20 ms tick (first-order, differentiable).
     """
 
-    def __init__(self, vehicle: VehicleParams):
+    def __init__(self, vehicle: VehicleParams) -> None:
         self.vehicle = vehicle
         self.prior = NominalModel(vehicle)
         self.dt_s = self.prior.config.dt_s
@@ -196,6 +197,7 @@ class DisturbedPrior:
         self.inertia = torch.tensor(vehicle.inertia_kgm2)
 
     def __call__(self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Next state (B, 13) of ``state`` (B, 13) under ``action`` (B, 4) and disturbance z."""
         d = z * _scale()
         mass_ratio = 1.0 + d[:, MASS : MASS + 1]
         thrust = action[:, :1] * (1.0 - d[:, LOSS : LOSS + 1])
@@ -227,12 +229,13 @@ class ExternalForcePrior:
     velocity or attitude (no air-relative drag), unlike :class:`DisturbedPrior`'s wind.
     """
 
-    def __init__(self, vehicle: VehicleParams):
+    def __init__(self, vehicle: VehicleParams) -> None:
         self.vehicle = vehicle
         self.prior = NominalModel(vehicle)
         self.dt_s = self.prior.config.dt_s
 
     def __call__(self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Next state (B, 13) of ``state`` (B, 13) under ``action`` (B, 4) and disturbance z."""
         mass_ratio = 1.0 + z[:, MASS : MASS + 1] * DISTURBANCE_SCALE[MASS]
         nxt = self.prior(state, torch.cat([action[:, :1] / mass_ratio, action[:, 1:]], dim=1))
         accel = z[:, FORCE] * FORCE_SCALE_N / (self.vehicle.mass_kg * mass_ratio)
@@ -256,13 +259,20 @@ class BlindLatentObservation:
     """An :class:`ObservationBuilder` that always writes z = 0 into the observation, so a policy
     trained with it never sees the disturbance the trainer's dynamics read from z."""
 
-    def __init__(self, builder: ObservationBuilder):
+    def __init__(self, builder: ObservationBuilder) -> None:
         self._builder = builder
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - any attribute of the builder
         return getattr(self._builder, name)
 
-    def build(self, state, ref_state, ref_head, prev_actions_norm, z) -> torch.Tensor:
+    def build(
+        self,
+        state: torch.Tensor,
+        ref_state: torch.Tensor,
+        ref_head: torch.Tensor,
+        prev_actions_norm: torch.Tensor,
+        z: torch.Tensor,
+    ) -> torch.Tensor:
         """Same as :meth:`ObservationBuilder.build` with ``z`` replaced by zeros."""
         return self._builder.build(
             state, ref_state, ref_head, prev_actions_norm, torch.zeros_like(z)

@@ -89,7 +89,7 @@ class Method:
     active bundle's VND encoder on the last C ticks, oracle: the true disturbance vector).
     """
 
-    def __init__(self, name: str, bundle: Bundle, latent_mode: str = LATENT_NONE):
+    def __init__(self, name: str, bundle: Bundle, latent_mode: str = LATENT_NONE) -> None:
         if latent_mode not in (LATENT_NONE, LATENT_ENCODER, LATENT_ORACLE, LATENT_ONLINE):
             raise ValueError(f"unknown latent mode {latent_mode!r}")
         self.name = name
@@ -141,7 +141,7 @@ class LatentSource:
 class VNDMethod(Method):
     """VND: the :class:`ContinualLearner` (replay of everything, latent-conditioned model)."""
 
-    def __init__(self, bundle: Bundle, config: LearnerConfig):
+    def __init__(self, bundle: Bundle, config: LearnerConfig) -> None:
         super().__init__("vnd", bundle, LATENT_ENCODER)
         self.config = config
         self.learner: ContinualLearner | None = None
@@ -339,7 +339,7 @@ def _run_update(
 class _Flight:
     """The flying side of a method: policy runner and latent source of the active bundle."""
 
-    def __init__(self, method: Method, scenario: Scenario, bundle: Bundle):
+    def __init__(self, method: Method, scenario: Scenario, bundle: Bundle) -> None:
         self.method = method
         self.scenario = scenario
         self.estimator = LatentEstimator()

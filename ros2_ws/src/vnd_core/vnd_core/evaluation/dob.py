@@ -65,7 +65,7 @@ class DisturbanceObserver:
     sent after it; :attr:`estimate_mps2` (3,) is the filtered external acceleration (world).
     """
 
-    def __init__(self, vehicle: VehicleParams, config: ObserverConfig | None = None):
+    def __init__(self, vehicle: VehicleParams, config: ObserverConfig | None = None) -> None:
         self.config = config or ObserverConfig()
         self.config.validate()
         self.vehicle = vehicle
@@ -132,7 +132,7 @@ class DisturbanceObserver:
 class _ObserverSource(LatentSource):
     """The observer as a per-run latent source of the continual loop."""
 
-    def __init__(self, vehicle: VehicleParams, config: ObserverConfig):
+    def __init__(self, vehicle: VehicleParams, config: ObserverConfig) -> None:
         self.observer = DisturbanceObserver(vehicle, config)
 
     def latent(self, stamp_ns: int, measured: np.ndarray) -> np.ndarray:
@@ -149,7 +149,7 @@ class DOBMethod(Method):
     """dob: the force-conditioned policy of ``bundle`` fed by a fresh
     :class:`DisturbanceObserver` in every run; no learner."""
 
-    def __init__(self, bundle: Bundle, config: ObserverConfig | None = None):
+    def __init__(self, bundle: Bundle, config: ObserverConfig | None = None) -> None:
         super().__init__("dob", bundle, LATENT_ONLINE)
         self.config = config or ObserverConfig()
         self.config.validate()

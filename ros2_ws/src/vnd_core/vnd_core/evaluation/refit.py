@@ -87,7 +87,7 @@ class ResidualEnsemble:
     z (B, nz)) -> next state (B, 13)`` averages the members' predictions (the attitude
     quaternion renormalised), as LOTF's ensemble does."""
 
-    def __init__(self, members: list[VNDModel]):
+    def __init__(self, members: list[VNDModel]) -> None:
         if not members:
             raise ValueError("an ensemble needs at least one member")
         self.members = members
@@ -134,7 +134,7 @@ class RefitMethod(Method):
     other gates (model quality, learned-model cost) can only make VND reject more, never less.
     """
 
-    def __init__(self, bundle: Bundle, learner: LearnerConfig, config: RefitConfig):
+    def __init__(self, bundle: Bundle, learner: LearnerConfig, config: RefitConfig) -> None:
         config.validate()
         super().__init__("refit", bundle, LATENT_NONE)
         self.learner_config = learner

@@ -17,6 +17,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rosbags.highlevel import AnyReader
@@ -159,7 +160,7 @@ def _read_bag(bag: Path, topic: str | None, store: Typestore, rows: dict[str, li
         raise ReplayBagError(f"{bag}: cannot read bag: {err}") from err
 
 
-def _append(rows: dict[str, list], msg) -> None:
+def _append(rows: dict[str, list], msg: Any) -> None:
     """Add one deserialised Transition to the column lists."""
     stamp = msg.header.stamp
     rows["stamp"].append(int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec))

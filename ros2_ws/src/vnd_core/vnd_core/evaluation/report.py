@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,6 +27,9 @@ from vnd_core.scenario import Scenario
 from vnd_core.vnd.components import recorded_components
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.metrics import latent_knn_accuracy, open_loop_errors
+
+if TYPE_CHECKING:
+    from vnd_core.vnd.model import VNDModel
 
 # Table and plot order: the non-adaptive and offline baselines, the online learners, the oracle.
 METHOD_ORDER = ("base", "dr", "dr_mismatched", "dob", "rma", "refit", "vnd", "oracle")
@@ -127,7 +131,7 @@ def latent_analysis(run: RunResult, holdout_after_s: float | None = None) -> dic
     return out
 
 
-def _holdout_errors(model, run: RunResult, after_s: float | None) -> dict | None:
+def _holdout_errors(model: VNDModel, run: RunResult, after_s: float | None) -> dict | None:
     """open_loop_errors on the run's ticks after ``after_s`` (one segment), or None if too few."""
     records = run.records
     if after_s is not None:
@@ -225,7 +229,9 @@ def results_markdown(results: list[dict], extra: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot_errors(out_path: Path, runs: dict[tuple[str, str], RunResult], scenarios: list[Scenario]):
+def plot_errors(
+    out_path: Path, runs: dict[tuple[str, str], RunResult], scenarios: list[Scenario]
+) -> None:
     """Moving (1 s) RMSE over time per scenario (one panel each), one line per method (first
     seed), update markers at the times new bundles took over (hollow: rejected)."""
     import matplotlib
@@ -300,7 +306,7 @@ def pca_2d(z: np.ndarray) -> np.ndarray:
     return centred @ basis
 
 
-def json_safe(value):
+def json_safe(value: object) -> object:
     """Strict JSON: non-finite floats -> None, numpy/torch scalars and arrays -> Python."""
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}

@@ -80,7 +80,7 @@ class AdaptationModule(nn.Module):
     """``forward(history (B, history_ticks, FEATURE_DIM)) -> z (B, 8)`` (normalised
     disturbance units): two strided 1-D convolutions over time and a linear read-out."""
 
-    def __init__(self, config: RMAConfig):
+    def __init__(self, config: RMAConfig) -> None:
         super().__init__()
         config.validate()
         self.config = config
@@ -235,7 +235,7 @@ def train_adaptation_module(
 class _ModuleSource(LatentSource):
     """Teacher's z from the adaptation module over the run's last ``history_ticks`` ticks."""
 
-    def __init__(self, module: AdaptationModule, teacher: PolicyNet):
+    def __init__(self, module: AdaptationModule, teacher: PolicyNet) -> None:
         self.module = module
         self.builder = teacher.observation
         self.history: deque[torch.Tensor] = deque(maxlen=module.config.history_ticks)
@@ -261,7 +261,9 @@ class RMAMethod(Method):
     """rma: the teacher policy of ``bundle`` with z from ``module`` every tick; no learner.
     ``summary`` is the module's training summary (:func:`train_adaptation_module`)."""
 
-    def __init__(self, bundle: Bundle, module: AdaptationModule, summary: dict | None = None):
+    def __init__(
+        self, bundle: Bundle, module: AdaptationModule, summary: dict | None = None
+    ) -> None:
         super().__init__("rma", bundle, LATENT_ONLINE)
         self.module = module.eval()
         self.summary = summary or {}

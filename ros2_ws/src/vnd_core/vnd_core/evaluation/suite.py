@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -101,7 +102,7 @@ class EvalConfig:
     learner_cpu_share: float = LEARNER_CPU_SHARE  # share of a core the learner gets in flight
 
     @classmethod
-    def quick(cls, **overrides) -> EvalConfig:
+    def quick(cls, **overrides: Any) -> EvalConfig:
         """<= 15 min on a loaded 2-core machine: 1 seed, half-length scenarios, the flight
         learner updating every 15 s instead of every 8 s (the quick learner preset is too
         small to move the policy past the gates, so a smoke run would never swap a bundle)."""
@@ -118,7 +119,7 @@ class EvalConfig:
         return cls(**{**base, **overrides})
 
     @classmethod
-    def full(cls, **overrides) -> EvalConfig:
+    def full(cls, **overrides: Any) -> EvalConfig:
         """The reported configuration: 3 seeds, full scenarios, the learner the flight stack
         runs (preset ``standard``, as in config/learner.yaml)."""
         return cls(**overrides)

@@ -95,7 +95,9 @@ class VNDModel(nn.Module):
     besides :meth:`architecture`.
     """
 
-    def __init__(self, vehicle: VehicleParams, config: VNDModelConfig | None = None):
+    normalizers_fitted: torch.Tensor  # () bool buffer: the statistics come from data
+
+    def __init__(self, vehicle: VehicleParams, config: VNDModelConfig | None = None) -> None:
         super().__init__()
         self.config = config or VNDModelConfig()
         self.config.validate()

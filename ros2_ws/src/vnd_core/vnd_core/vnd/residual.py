@@ -24,6 +24,8 @@ class FiLMResidual(nn.Module):
     output (..., out_dim).
     """
 
+    target_std: torch.Tensor  # (out_dim,) buffer: the output unit of each component
+
     def __init__(
         self,
         in_dim: int,
@@ -32,7 +34,7 @@ class FiLMResidual(nn.Module):
         hidden: Sequence[int],
         film_hidden: int,
         out_gain: float,
-    ):
+    ) -> None:
         super().__init__()
         if not hidden:
             raise ValueError("the residual needs at least one hidden layer to modulate")
