@@ -25,48 +25,27 @@ from vnd_core.evaluation.continual_loop import (
     KIND_POLICY,
     LEARNER_CPU_SHARE,
     Method,
+    RunResult,
     VNDMethod,
     run_method,
 )
+from vnd_core.evaluation.report import phase_updates
 from vnd_core.learner import LearnerConfig
 from vnd_core.learner.settings import parse_assignments, with_overrides
-from vnd_core.recovery import recovery
-from vnd_core.scenario import load_scenario
+from vnd_core.scenario import Scenario, load_scenario
+from vnd_tools.flight_report import phase_results
 
 
-def phase_rmse(
-    time_s: np.ndarray,
-    error_m: np.ndarray,
-    spans: list[tuple[str, float, float]],
-    period_s: float | None,
-    landed_s: list[float] = (),
-) -> list[dict]:
-    """RMSE (whole phase and its second half), recovery (:mod:`vnd_core.recovery`, as in
-    ``vnd fly`` reports) of ``error_m`` over each (name, start_s, end_s) span, and the time
-    from the phase's start to the first of ``landed_s`` (bundles taking over) inside it;
-    ``period_s`` is the reference's period."""
-    rows = []
-    for name, start_s, end_s in spans:
-        inside = (time_s > start_s) & (time_s <= end_s)
-        settled = inside & (time_s > 0.5 * (start_s + end_s))
-        rec = recovery(time_s[inside], error_m[inside], start_s, end_s, period_s)
-        first = [t - start_s for t in landed_s if start_s < t <= end_s]
-        rows.append(
-            {
-                "name": name,
-                "start_s": start_s,
-                "end_s": end_s,
-                "rmse_m": round(_rms(error_m[inside]), 4),
-                "settled_rmse_m": round(_rms(error_m[settled]), 4),
-                "recovery_s": round(rec.recovery_s, 2) if rec is not None else None,
-                "first_bundle_s": round(first[0], 2) if first else None,
-            }
-        )
-    return rows
-
-
-def _rms(values: np.ndarray) -> float:
-    return float(np.sqrt(np.mean(values**2))) if len(values) else float("nan")
+def phase_rows(run: RunResult, scenario: Scenario) -> list[dict]:
+    """Per phase of ``run``: the ``vnd fly`` report's figures (RMSE, recovery, settled RMSE
+    over the second half) and the bundles that landed in it (``vnd eval``'s phase_updates)."""
+    spans, period_s = scenario.phase_spans(), scenario.reference.repeat_period_s()
+    phases = phase_results(run.time_s, run.error_m, spans, period_s)
+    updates = phase_updates(run, scenario)
+    return [
+        {**phase.as_json(), **{k: v for k, v in landed.items() if k not in ("phase", "start_s")}}
+        for phase, landed in zip(phases, updates, strict=True)
+    ]
 
 
 def main() -> int:
@@ -93,8 +72,6 @@ def main() -> int:
     )
     base = load_bundle(shipped_bundle_path())
     scenario = load_scenario("recurring_wind")
-    spans = scenario.phase_spans()
-    period_s = scenario.reference.repeat_period_s()
     result: dict = {
         "improvement_pct": [],
         "below_base_pct": [],
@@ -103,11 +80,9 @@ def main() -> int:
         "updates": [],
     }
     for seed in range(args.seeds):
-        base_run = run_method(Method("base", base), scenario, seed)
-        base_phases = phase_rmse(base_run.time_s, base_run.error_m, spans, period_s)
+        base_phases = phase_rows(run_method(Method("base", base), scenario, seed), scenario)
         run = run_method(VNDMethod(base, config), scenario, seed, update_delay_s=args.update_delay)
-        landed = [u.applied_s for u in run.updates if u.accepted]
-        phases = phase_rmse(run.time_s, run.error_m, spans, period_s, landed)
+        phases = phase_rows(run, scenario)
         wind_a = [p["rmse_m"] for p in phases if p["name"] == "wind_a"]
         improvement = 100.0 * (1.0 - wind_a[-1] / wind_a[0])
         below_base = 100.0 * (1.0 - wind_a[-1] / base_phases[-1]["rmse_m"])
@@ -115,7 +90,7 @@ def main() -> int:
         print(
             f"seed {seed}: "
             + "  ".join(
-                f"{p['name']} {p['rmse_m']:.3f} (settled {p['settled_rmse_m']:.3f}, base "
+                f"{p['name']} {p['rmse_m']:.3f} (settled {p['steady_rmse_m']:.3f}, base "
                 f"{b['rmse_m']:.3f})"
                 for p, b in zip(phases, base_phases, strict=True)
             )

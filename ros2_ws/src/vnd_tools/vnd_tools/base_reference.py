@@ -37,29 +37,29 @@ def base_phases(
 
 
 def against_base(
-    phases: Sequence[PhaseResult], base: Sequence[PhaseResult]
+    phases: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """For each condition, its last occurrence in the flight against the base bundle's error
-    on that same span: ``reduction`` = 1 - flight / base (0.6 = 60 % lower)."""
+    on that same span (both as report.json phase rows): ``reduction`` = 1 - flight / base
+    (0.6 = 60 % lower)."""
     rows = []
-    for name in dict.fromkeys(p.name for p in phases):
+    for name in dict.fromkeys(p["name"] for p in phases):
         last = max(
-            (i for i, p in enumerate(phases) if p.name == name and p.rmse_m is not None),
+            (i for i, p in enumerate(phases) if p["name"] == name and p["rmse_m"] is not None),
             default=None,
         )
-        if last is None or base[last].rmse_m is None or not base[last].rmse_m:
+        if last is None or not base[last]["rmse_m"]:
             continue
         flight, reference = phases[last], base[last]
         rows.append(
             {
                 "phase": name,
-                "start_s": round(flight.start_s, 3),
-                "rmse_m": round(flight.rmse_m, 5),
-                "base_rmse_m": round(reference.rmse_m, 5),
-                "reduction": round(1.0 - flight.rmse_m / reference.rmse_m, 4),
-                "settled_rmse_m": flight.steady_rmse_m and round(flight.steady_rmse_m, 5),
-                "base_settled_rmse_m": reference.steady_rmse_m
-                and round(reference.steady_rmse_m, 5),
+                "start_s": flight["start_s"],
+                "rmse_m": flight["rmse_m"],
+                "base_rmse_m": reference["rmse_m"],
+                "reduction": round(1.0 - flight["rmse_m"] / reference["rmse_m"], 4),
+                "settled_rmse_m": flight["steady_rmse_m"],
+                "base_settled_rmse_m": reference["steady_rmse_m"],
             }
         )
     return rows

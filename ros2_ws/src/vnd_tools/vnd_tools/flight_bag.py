@@ -74,10 +74,9 @@ def write_report(run_dir: Path) -> str:
         extra=extra,
         reference_period_s=period_s,
     )
-    phases = [fr.PhaseResult(**_phase_fields(p)) for p in report.data["phases"]]
-    base = base_phases(meta, spans, period_s)
-    report.data["base_phases"] = [p.as_json() for p in base]
-    report.data["against_base"] = against_base(phases, base)
+    base = [p.as_json() for p in base_phases(meta, spans, period_s)]
+    report.data["base_phases"] = base
+    report.data["against_base"] = against_base(report.data["phases"], base)
     title = f"vnd fly: {meta['scenario']} ({run_dir.name})"
     flight_report_files.write_json(report, run_dir / "report.json")
     flight_report_files.write_markdown(report, run_dir / "report.md", title)
@@ -202,12 +201,6 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
         final_learner,
         crash_stamp,
     )
-
-
-def _phase_fields(row: dict) -> dict:
-    """A report.json phase row as PhaseResult fields."""
-    keys = ("name", "start_s", "end_s", "rmse_m", "recovery_s", "steady_rmse_m", "peak_rmse_m")
-    return {**{k: row[k] for k in keys}, "samples": row["samples"]}
 
 
 def _scenario_timing(meta: dict) -> tuple[list[tuple[str, float, float]], float | None]:
