@@ -96,6 +96,36 @@ def test_a_load_is_answered_once_the_bundle_is_checked(node) -> None:
     assert node.bundles.active.version == SHIPPED_VERSION
 
 
+def test_a_resent_request_is_answered_again_and_not_carried_out_twice(node) -> None:
+    # A requester resends a request whose answer it missed; a load must not be queued twice
+    # and an action must not run twice, but the answer must go out again.
+    path = str(shipped_bundle_path())
+    load = command(CheckpointAction.LOAD, "load-1", path=path)
+    node.endpoint.on_command(load)
+    node.endpoint.on_command(load)  # resent while the first is still loading
+    node.wait_answers(1)
+    time.sleep(0.2)
+    assert node.endpoint.poll() == 0  # one load queued, one answer
+    node.endpoint.on_command(load)  # resent after the answer
+    assert [s.request_id for s in node.sent] == ["load-1", "load-1"]
+    assert node.sent[0].message == node.sent[1].message
+    calls: list[str] = []
+
+    def arm(request_id: str):
+        calls.append(request_id)
+        return armed.bundles.reply(request_id, True, f"armed {len(calls)}")
+
+    armed = Node(actions={CheckpointAction.ARM: arm})
+    try:
+        for _ in range(3):
+            armed.endpoint.on_command(command(CheckpointAction.ARM, "arm-1"))
+        armed.endpoint.on_command(command(CheckpointAction.ARM, "arm-2"))
+        assert calls == ["arm-1", "arm-2"]
+        assert [s.message for s in armed.sent] == ["armed 1"] * 3 + ["armed 2"]
+    finally:
+        armed.bundles.close()
+
+
 def test_a_learner_bundle_with_a_wrong_hash_is_refused_under_its_request_id(node, caplog):
     payload = shipped_bundle_path().read_bytes()
     bundle_msg = get_message("vnd_msgs/msg/ModelBundle")(

@@ -14,12 +14,19 @@ The protocol (docs/topics.md):
   operator's; its swap or refusal is announced under
   :func:`~vnd_flight.bundle_runtime.learner_request_id`, which the learner reads.
 
+Answers are volatile, and a writer sends only to the readers it has matched: a requester
+whose answer reader the node has not matched yet (discovery across DDS vendors can lag the
+request) resends the same request. A request id the node has answered is answered again
+from memory, and one whose load is still running is not queued twice, so a resent request is
+never carried out twice.
+
 Messages are read and built by field name, so the class works with the message classes of
 either backend and imports no middleware. All methods belong to the node's callback thread.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +36,9 @@ from vnd_flight.msgfields import set_stamp
 STATUS_TOPIC = "vnd/checkpoint/status"  # relative: in the node's namespace
 # A node-specific action: request_id -> the reply to publish.
 ActionHandler = Callable[[str], CheckpointReply]
+# Answered request ids kept for resent requests: far more than one requester resends while
+# waiting, a few kilobytes.
+REMEMBERED_ANSWERS = 64
 
 
 class CheckpointEndpoint:
@@ -60,6 +70,8 @@ class CheckpointEndpoint:
         self._now_ns = now_ns
         self._logger = logger
         self._actions = dict(actions or {})
+        self._answered: OrderedDict[str, CheckpointReply] = OrderedDict()
+        self._pending: set[str] = set()  # loads queued, not answered yet
 
     @classmethod
     def for_node(
@@ -86,9 +98,16 @@ class CheckpointEndpoint:
     def on_command(self, msg: Any) -> bool:
         """Carry out one ``CheckpointCommand``; False when it is addressed to another node.
 
-        A load is only queued here; its answer comes from :meth:`poll`."""
+        A load is only queued here; its answer comes from :meth:`poll`. A request id seen
+        before is not carried out again: its answer is sent again, or still to come."""
         if not self.bundles.addressed(msg.target_node):
             return False
+        request_id = str(msg.request_id)
+        if request_id in self._pending:
+            return True
+        if request_id in self._answered:
+            self._send(self._answered[request_id])
+            return True
         action = int(msg.action)
         handler = self._actions.get(action)
         reply: CheckpointReply | None
@@ -98,6 +117,8 @@ class CheckpointEndpoint:
             reply = self.bundles.request(action, msg.request_id, msg.path, int(msg.version))
         if reply is not None:
             self.answer(reply)
+        elif request_id:
+            self._pending.add(request_id)
         return True
 
     def on_model(self, msg: Any) -> None:
@@ -115,8 +136,17 @@ class CheckpointEndpoint:
     def answer(self, reply: CheckpointReply) -> None:
         """Publish ``reply`` as a ``CheckpointStatus`` stamped now; log what changed or why a
         request was refused."""
+        self._send(reply)
+        self._pending.discard(reply.request_id)
+        if reply.request_id:
+            self._answered[reply.request_id] = reply
+            while len(self._answered) > REMEMBERED_ANSWERS:
+                self._answered.popitem(last=False)
+        log = self._logger.info if reply.accepted else self._logger.warning
+        log(f"checkpoint '{reply.request_id}': {reply.message} ({self.bundles.describe()})")
+
+    def _send(self, reply: CheckpointReply) -> None:
+        """Publish ``reply`` as a ``CheckpointStatus`` stamped now."""
         status = self._status_cls(**reply.fields())
         set_stamp(status.header.stamp, self._now_ns())
         self._publish(status)
-        log = self._logger.info if reply.accepted else self._logger.warning
-        log(f"checkpoint '{reply.request_id}': {reply.message} ({self.bundles.describe()})")

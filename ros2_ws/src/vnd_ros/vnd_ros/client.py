@@ -69,6 +69,11 @@ ENTITIES_QUIET_S = 0.3
 # participant answers a new one's announcement within tens of milliseconds; the margin is
 # for a loaded machine).
 PARTICIPANTS_QUIET_S = 0.5
+# First wait for every answer before the request goes out again. An answer is volatile: a
+# node's writer that has not matched this client's new reader yet (discovery across DDS
+# vendors can take longer than the client's own matching) drops it; the node answers a
+# repeated request id again without repeating the action.
+FIRST_RESEND_S = 0.5
 
 
 class StackClient:
@@ -165,9 +170,22 @@ class StackClient:
             return all(node in replies for node in expected)
 
         if found:
-            self.spin_until(answered, deadline - time.monotonic())
+            self._await_answers(publisher, command, answered, deadline)
         result.replies = sorted(replies.values(), key=lambda reply: reply.node)
         return result
+
+    def _await_answers(
+        self, publisher: Any, command: Any, answered: Callable[[], bool], deadline: float
+    ) -> None:
+        """Spin until ``answered()`` or the deadline, resending ``command`` (same request id)
+        at growing intervals while answers are missing: a node answers once per request id and
+        re-sends that answer to a repeat, which reaches a reader its first answer could not."""
+        interval_s = FIRST_RESEND_S
+        while not self.spin_until(answered, min(interval_s, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                return
+            publisher.publish(command)
+            interval_s *= 2.0
 
     def expected_name(self, target_node: str) -> str:
         """Fully qualified name of ``target_node`` ('policy' or '/vnd1/policy')."""

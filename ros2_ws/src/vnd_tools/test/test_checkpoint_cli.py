@@ -47,11 +47,10 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
     return paths
 
 
-# (policy node backend, CLI backend): both on dds, and the CLI on rclpy against a dds node.
-# A dds-backend CLI asking an rclpy node can miss the answer (volatile, written before the
-# node's Fast DDS writer matched the CLI's new reader): not in this list until requests and
-# answers survive that.
-BACKEND_PAIRS = [("dds", "dds"), ("dds", "rclpy")]
+# (policy node backend, CLI backend): both on dds, and each vendor's CLI against the other's
+# node. A node's Fast DDS writer may match a dds-backend CLI's new reader only after the first
+# answer went out: the CLI's resend of the same request id must bring the answer.
+BACKEND_PAIRS = [("dds", "dds"), ("dds", "rclpy"), ("rclpy", "dds")]
 _backends = {"node": "dds", "cli": "dds"}  # the pair of the module's current policy node
 
 
