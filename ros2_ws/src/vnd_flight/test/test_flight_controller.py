@@ -162,6 +162,23 @@ def test_rearm_starts_over_like_a_restarted_node(vehicle):
     np.testing.assert_array_equal(record.action, fresh.action)  # same history: hover
 
 
+def test_the_reference_waits_at_its_start_until_the_policy_flies(vehicle):
+    # Odometry flows for 2 s while the vehicle stays IDLE (no bundle yet): the figure-eight
+    # must start where the policy takes over, not 2 s along (about 1.6 m away).
+    ctl = controller(vehicle, kind="figure8")
+    for k in range(100):
+        now = T0_NS + k * PERIOD_NS
+        assert ctl.tick(now, hover_state(), now, None, None).mode == Mode.IDLE
+    now += PERIOD_NS
+    bundle = bundle_of(vehicle, 1)
+    record = ctl.tick(now, hover_state(), now, bundle, None)
+    fresh = controller(vehicle, kind="figure8").tick(now, hover_state(), now, bundle, None)
+    assert record.mode == fresh.mode == Mode.POLICY
+    np.testing.assert_array_equal(record.reference, fresh.reference)
+    later = ctl.tick(now + 25 * PERIOD_NS, hover_state(), now + 25 * PERIOD_NS, bundle, None)
+    assert not np.array_equal(later.reference, record.reference)  # flying: the clock runs
+
+
 # ---------------------------------------------------------------- rehearsal (cache warming)
 
 

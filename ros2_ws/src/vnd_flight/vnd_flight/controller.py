@@ -7,8 +7,10 @@ active bundle (swapped between ticks by the node) and the latest latent. It
 - uses z only when the latent's encoder version equals the policy's bundle version, it is
   valid, fresh and of the right size; otherwise the prior mean z = 0 and a counted reason;
 - follows the parameter reference (hover / figure-eight / circle, time measured from the
-  first odometry stamp) or, when one was given, an external reference sample extrapolated
-  with its velocity and acceleration;
+  odometry stamp of the first tick that flies: while IDLE the reference waits at its start,
+  so however long the vehicle waits for fresh odometry, the policy takes over at the start
+  of the trajectory and not at a point the trajectory has already moved on to) or, when one
+  was given, an external reference sample extrapolated with its velocity and acceleration;
 - always runs the policy when a state is known (the safety filter needs its action to decide
   on recovery), then the safety filter, and feeds the *applied* command back as the policy's
   previous action, so a fallback episode does not leave the policy a stale history;
@@ -168,7 +170,7 @@ class PolicyController:
         self._runner: ReferenceRunner | None = None
         self._bundle: Bundle | None = None
         self._external: ExternalReference | None = None
-        self._t0_ns: int | None = None  # first odometry stamp: reference time zero
+        self._t0_ns: int | None = None  # reference time zero: the first flying tick's stamp
         self.latent_problem: str | None = None  # why the last tick flew on z = 0 (None: it did not)
         self._last_stamp_ns: int | None = None  # odometry stamp of the previous tick
 
@@ -201,7 +203,7 @@ class PolicyController:
 
     def arm(self, now_ns: int, odom: Odometry | None) -> ArmingReply:
         """Operator arm request (:func:`vnd_flight.arming.arm`), between two ticks. Leaving
-        DISARMED starts over like a restarted node: reference time from the next odometry,
+        DISARMED starts over like a restarted node: reference time from the first flying tick,
         the policy's previous actions back at hover (not the zeros sent while disarmed)."""
         was_disarmed = self.safety.mode == Mode.DISARMED
         reply = arming.arm(self.safety, now_ns, odom)
@@ -226,7 +228,7 @@ class PolicyController:
     ) -> TickRecord:
         """One control tick at ``now_ns`` with the latest odometry ``state`` (13,) stamped
         ``stamp_ns``, the active ``bundle`` and the newest ``latent``."""
-        if self._t0_ns is None:
+        if self._t0_ns is None or self.safety.mode == Mode.IDLE:
             self._t0_ns = stamp_ns
         measured, input_ns = state, stamp_ns
         if stamp_ns == self._last_stamp_ns and self.safety.mode == Mode.POLICY:
