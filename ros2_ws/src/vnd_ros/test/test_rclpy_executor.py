@@ -21,18 +21,23 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("rclpy") is None, reason="rclpy is not installed: run `make ros`"
 )
 
-# A node with a 2 ms timer spun by spin_until_shutdown; prints its executor, then 'TICKING'
-# once the timer runs, and 'EXIT' after spin_until_shutdown returned.
+# A node with a 2 ms timer that publishes, spun by spin_until_shutdown; prints its executor,
+# then 'TICKING' once the timer runs, and 'EXIT' after spin_until_shutdown returned. A stop
+# that shuts the context down under a running or queued callback makes its publish fail.
 NODE_SCRIPT = """
 import sys
 from vnd_ros import runtime
+from vnd_ros.messages import get_message
 
 runtime.init(args=sys.argv)
 node = runtime.Node("executor_probe")
 print("EXECUTOR", type(runtime.node_executor()).__name__, flush=True)
 ticks = []
+String = get_message("std_msgs/msg/String")
+publisher = node.create_publisher(String, "executor_probe/ticks", 10)
 
 def on_timer():
+    publisher.publish(String(data="tick"))
     ticks.append(1)
     if len(ticks) == 50:
         print("TICKING", flush=True)
@@ -83,9 +88,10 @@ def test_node_spins_on_the_chosen_executor_and_stops_on_a_signal(executor, expec
         proc.send_signal(signum)
         assert proc.wait(timeout=10) == 0, proc.stderr.read()
         assert time.monotonic() - sent_at < 5
-        rest = proc.stdout.read()
+        rest, errors = proc.stdout.read(), proc.stderr.read()
         assert "EXIT" in rest, rest
-        assert "Traceback" not in proc.stderr.read()
+        for sign in ("Traceback", "FATAL", "context is invalid", "Error occurred"):
+            assert sign not in errors + rest, errors + rest
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -44,7 +44,9 @@ except BackendUnavailableError as _error:  # one line, not a traceback, for a no
 
 _recorded_args: list[str] = []
 RCLPY_EXECUTORS = ("events", "single")  # VND_RCLPY_EXECUTOR values
-SPIN_WAKE_S = 1.0  # longest spin_once wait of a node process (a shutdown wakes it at once)
+# Longest spin_once wait of a node process on rclpy: a stop signal is seen within it.
+SPIN_WAKE_S = 0.2
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # end a node process's spin
 
 if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
     import rclpy
@@ -81,27 +83,30 @@ if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
     def _spin_node(node: Any) -> None:
         # spin_once in a Python loop, not executor.spin(): the EventsExecutor's spin() stays
         # in C++ and never lets the SIGINT/SIGTERM handlers end it; spin_once returns to
-        # Python, where the context shutdown they cause ends the loop. SIGINT only shuts the
-        # context down here: rclpy's own handler also raises KeyboardInterrupt, which, landing
-        # inside the executor's C++ dispatch of a callback, comes out as a RuntimeError
-        # ("Unable to convert call argument") instead of a clean stop.
+        # Python, where the stop the handlers ask for ends the loop. The handlers only ask:
+        # rclpy's own shut the context down at once, from a signal, so a callback running or
+        # queued at that moment fails to publish ("publisher's context is invalid", logged
+        # FATAL), and its SIGINT raises KeyboardInterrupt inside the executor's C++ dispatch,
+        # which comes out as a RuntimeError. Here the loop ends between two callbacks, the node
+        # leaves the executor, and only then is the context shut down (spin_until_shutdown).
         if not node.context.ok():  # a signal came before the spin: nothing to build
             return
         executor = node_executor()
         executor.add_node(node)
         context = executor.context
+        stop = threading.Event()
         main = threading.current_thread() is threading.main_thread()  # signals: main only
         previous = (
-            signal.signal(signal.SIGINT, lambda _signum, _frame: context.try_shutdown())
+            {sig: signal.signal(sig, lambda _signum, _frame: stop.set()) for sig in STOP_SIGNALS}
             if main
-            else None
+            else {}
         )
         try:
-            while context.ok():
+            while context.ok() and not stop.is_set():
                 executor.spin_once(timeout_sec=SPIN_WAKE_S)
         finally:
-            if main:
-                signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             executor.remove_node(node)
             executor.shutdown()
 
