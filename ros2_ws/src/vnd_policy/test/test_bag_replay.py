@@ -1,5 +1,5 @@
 """Bag replay (CI): a recorded sim flight's odometry and commands, played into freshly started
-encoder and policy processes over the dds backend, must reproduce the recorded latents and
+encoder and policy processes on either backend (dds, rclpy), must reproduce the recorded latents and
 commands.
 
 Fixture: ``data/replay_fixture/`` (MCAP: odom, vnd/command, vnd/latent, vnd/replay of a short
@@ -31,6 +31,7 @@ Tolerances (why they are not zero):
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import queue
@@ -61,25 +62,20 @@ NS = 1_000_000_000
 LATENT_LEAD_NS = 8_000_000  # a tick's latent goes out this long before its odometry
 
 
-def _env() -> dict[str, str]:
-    return dict(
-        os.environ,
-        VND_MIDDLEWARE=os.environ.get("VND_NODE_MIDDLEWARE", "dds"),
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS="1",
-    )
+def _env(middleware: str) -> dict[str, str]:
+    return dict(os.environ, VND_MIDDLEWARE=middleware, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
 
 
 class NodeProcess:
     """A flight node in its own process; its merged output is kept for failure messages."""
 
-    def __init__(self, module: str, ros_args: list[str]) -> None:
+    def __init__(self, module: str, ros_args: list[str], middleware: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", module, "--ros-args", *ros_args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=_env(),
+            env=_env(middleware),
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
@@ -123,22 +119,28 @@ def recorded() -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
-def nodes(tmp_path_factory) -> Iterator[tuple[str, str]]:
+@pytest.fixture(scope="module", params=["dds", "rclpy"])
+def nodes(request, tmp_path_factory) -> Iterator[tuple[str, str]]:
     """Fresh encoder (namespace E) and policy (namespace P, flying the recording's scenario
-    reference, as the launch file sets it) processes."""
-    enc_ns, pol_ns = f"/rpe{os.getpid()}", f"/rpp{os.getpid()}"
+    reference, as the launch file sets it) processes on the parameter's backend; the test
+    plays and collects on its own (dds under the Makefile)."""
+    middleware = request.param
+    if middleware == "rclpy" and importlib.util.find_spec("rclpy") is None:
+        pytest.skip("rclpy is not installed: run `make ros`")
+    enc_ns, pol_ns = f"/rpe{os.getpid()}{middleware}", f"/rpp{os.getpid()}{middleware}"
     scenario = tmp_path_factory.mktemp("scenario") / "replay_fixture.yaml"
     scenario.write_text(json.loads((DATA / "replay_fixture.json").read_text())["scenario"])
     bundle = ["-p", f"bundle:={BUNDLE}"]
     encoder = NodeProcess(
         "vnd_encoder.encoder_node",
         ["--params-file", str(CONFIG / "encoder.yaml"), "-r", f"__ns:={enc_ns}", *bundle],
+        middleware,
     )
     policy_params = [*bundle, "-p", f"scenario:={scenario}"]
     policy = NodeProcess(
         "vnd_policy.policy_node",
         ["--params-file", str(CONFIG / "policy.yaml"), "-r", f"__ns:={pol_ns}", *policy_params],
+        middleware,
     )
     try:
         encoder.wait_for("encoder node ready", START_TIMEOUT_S)
