@@ -28,6 +28,9 @@ class VehicleParams:
     drag_linear_nspm: Vec3  # linear drag per body axis, N per m/s of air-relative speed
     drag_quadratic_ns2pm2: Vec3  # quadratic drag per body axis, N per (m/s)^2
     rate_gain_p: Vec3  # onboard body-rate controller gain, angular accel per rad/s error (1/s)
+    # thrust curve of normalised commands u in [0, 1] (PX4's THR_MDL_FAC convention):
+    # thrust = thrust_max_n ((1 - k) u + k u^2); 0 is linear, 1 purely quadratic
+    thrust_model_factor: float = 0.0
 
     def validate(self) -> None:
         """Raise ValueError naming the first physically impossible field."""
@@ -44,6 +47,10 @@ class VehicleParams:
         for name in ("inertia_kgm2", "body_rate_max_radps", "rate_gain_p"):
             if any(not v > 0 for v in getattr(self, name)):
                 raise ValueError(f"{name} must be > 0 on every axis, got {getattr(self, name)}")
+        if not 0.0 <= self.thrust_model_factor <= 1.0:
+            raise ValueError(
+                f"thrust_model_factor must be in [0, 1], got {self.thrust_model_factor}"
+            )
         if not 0 <= self.thrust_min_n < self.hover_thrust_n < self.thrust_max_n:
             raise ValueError(
                 "need 0 <= thrust_min_n < hover thrust < thrust_max_n, got "

@@ -5,7 +5,8 @@ messages (ticks on the control period, segments split at gaps), its import repor
 written beside it as ``<out>/<file stem>.import.json``. Formats: CSV (``.csv``, the schema of
 :mod:`vnd_tools.logimport.csvlog`, ``--mapping`` for other layouts) and rosbag2 (a bag folder,
 MCAP or sqlite3, :mod:`vnd_tools.logimport.rosbag2log`, ``--odom`` / ``--command`` to choose
-topics) and PX4 ULog (``.ulg``, :mod:`vnd_tools.logimport.ulog`).
+topics) and PX4 ULog (``.ulg``, :mod:`vnd_tools.logimport.ulog`, ``--ulog-instance`` to choose
+the instance of a topic logged in several).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from vnd_core.vehicle import VehicleParams, load_vehicle
 from vnd_tools.logimport.csvlog import CsvLogError, CsvMapping, load_mapping, read_csv_log
 from vnd_tools.logimport.rosbag2log import VELOCITY_FRAMES, Rosbag2LogError, read_rosbag2_log
 from vnd_tools.logimport.streams import FlightStreams
-from vnd_tools.logimport.ulog import UlogError, read_ulog
+from vnd_tools.logimport.ulog import UlogError, parse_instances, read_ulog
 from vnd_tools.logimport.writer import ImportConfig, LogImportError, resample, write_replay_bag
 
 EXIT_SOME_FAILED = 1  # at least one source could not be imported (the others were)
@@ -34,10 +35,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--odom", default=None, help="rosbag2: odometry or pose topic")
     parser.add_argument("--command", default=None, help="rosbag2: command topic")
     parser.add_argument(
+        "--status", default=None, help="rosbag2: status topic (mavros State, px4 VehicleStatus)"
+    )
+    parser.add_argument(
         "--odom-velocity-frame",
         choices=VELOCITY_FRAMES,
         default="world",
         help="rosbag2 Odometry: frame of twist.linear (the stack's: world; nav_msgs': body)",
+    )
+    parser.add_argument(
+        "--ulog-instance",
+        action="append",
+        default=[],
+        metavar="TOPIC=N",
+        help="ULog: read instance N (multi_id) of TOPIC (default: 0 unless it is short)",
     )
     parser.add_argument(
         "--min-segment-s", type=float, default=1.0, help="shortest segment kept [s]"
@@ -49,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         vehicle = load_vehicle(args.vehicle)
         mapping = load_mapping(args.mapping) if args.mapping is not None else None
+        args.ulog_instances = parse_instances(args.ulog_instance)
     except (OSError, ValueError) as err:
         print(f"vnd import: {err}")
         return 2
@@ -81,10 +93,12 @@ def read_log(
     if source.suffix.lower() == ".csv":
         return read_csv_log(source, vehicle, mapping)
     if source.suffix.lower() == ".ulg":
-        return read_ulog(source, vehicle)
+        return read_ulog(source, vehicle, args.ulog_instances)
     bag = source.parent if source.suffix in (".mcap", ".db3") else source
     if (bag / "metadata.yaml").is_file():
-        return read_rosbag2_log(bag, vehicle, args.odom, args.command, args.odom_velocity_frame)
+        return read_rosbag2_log(
+            bag, vehicle, args.odom, args.command, args.odom_velocity_frame, args.status
+        )
     raise LogImportError(
         f"{source}: unknown log format (a .csv or .ulg file, or a rosbag2 bag folder with "
         "metadata.yaml)"

@@ -12,10 +12,17 @@ column                  unit   meaning
 ``wx_radps wy_radps wz_radps`` rad/s  measured body rates, body frame
 ``thrust_n``            N      commanded collective thrust (along body up, positive)
 ``rate_x_radps rate_y_radps rate_z_radps`` rad/s  commanded body rates (optional)
+``armed``               0/1    vehicle armed (optional; also true/false)
+``mode``                label  flight mode, a number or a name (optional)
 ======================  =====  ======================================================
 
 Frames are world ENU / body FLU unless the mapping says ``frame: ned_frd``. Without the rate
 columns the measured body rates stand in for the command (and the report says so).
+
+With ``armed`` and/or ``mode`` only flight is kept: rows while disarmed are dropped (counted as
+``not_flying``) and a change of mode splits the segment (``phase_change``). An empty cell holds
+the value of the row above (logs often write a state only when it changes); rows before the
+first value count as not flying. Without either column every row counts as flight.
 
 A mapping file (YAML) reads other layouts::
 
@@ -24,8 +31,8 @@ A mapping file (YAML) reads other layouts::
     columns: {t_s: time, px_m: x}  # schema column -> the file's column
     scale: {t_s: 1.0e-6}           # schema column -> factor applied to the file's values
 
-Normalised thrust becomes newtons through the vehicle's thrust curve, taken as linear: the
-fraction times ``thrust_max_n``.
+Normalised thrust becomes newtons through the vehicle's thrust curve (:mod:`.thrust_curve`:
+``thrust_max_n`` and ``thrust_model_factor``).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from vnd_core.vehicle import VehicleParams
 
 from vnd_tools.logimport.frames import FRAMES, command_to_flu, state_to_enu_flu
 from vnd_tools.logimport.streams import FlightStreams
+from vnd_tools.logimport.thrust_curve import ThrustCurve
 
 STATE_COLUMNS = (
     *("px_m", "py_m", "pz_m", "qw", "qx", "qy", "qz", "vx_mps", "vy_mps", "vz_mps"),
@@ -48,7 +56,9 @@ STATE_COLUMNS = (
 )
 RATE_COLUMNS = ("rate_x_radps", "rate_y_radps", "rate_z_radps")
 SCHEMA = ("t_s", *STATE_COLUMNS, "thrust_n", *RATE_COLUMNS)
+PHASE_COLUMNS = ("armed", "mode")  # optional columns of the flight phase
 THRUST_UNITS = ("newtons", "normalised")
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
 
 
 class CsvLogError(ValueError):
@@ -91,10 +101,10 @@ def load_mapping(path: str | Path) -> CsvMapping:
         raise CsvLogError(f"{path}: frame {mapping.frame!r} is not one of {', '.join(FRAMES)}")
     if mapping.thrust not in THRUST_UNITS:
         raise CsvLogError(f"{path}: thrust {mapping.thrust!r} is not one of {THRUST_UNITS}")
-    for section in (mapping.columns, mapping.scale):
-        bad = sorted(set(section) - set(SCHEMA))
+    for section, known in ((mapping.columns, (*SCHEMA, *PHASE_COLUMNS)), (mapping.scale, SCHEMA)):
+        bad = sorted(set(section) - set(known))
         if bad:
-            raise CsvLogError(f"{path}: {bad} are not schema columns (schema: {SCHEMA})")
+            raise CsvLogError(f"{path}: {bad} are not schema columns (schema: {known})")
     return mapping
 
 
@@ -144,8 +154,10 @@ def read_csv_log(
     stamp_ns = np.round(time_s * NS_PER_S).astype(np.int64)
     state = np.stack([table[n] for n in STATE_COLUMNS], axis=1)
     thrust_n = table["thrust_n"]
-    if mapping.thrust == "normalised":
-        thrust_n = thrust_n * vehicle.thrust_max_n
+    curve = ThrustCurve.of(vehicle) if mapping.thrust == "normalised" else None
+    if curve is not None:
+        thrust_n = curve.thrust_n(thrust_n)
+    phase, notes = _flight_phase(path, header, rows, mapping)
     substitutions = []
     if has_rates:
         rates = np.stack([table[n] for n in RATE_COLUMNS], axis=1)
@@ -160,6 +172,9 @@ def read_csv_log(
         command_stamp_ns=stamp_ns.copy(),
         command=command_to_flu(command, mapping.frame),
         substitutions=substitutions,
+        phase=phase,
+        thrust_curve=curve,
+        notes=notes,
     )
 
 
@@ -169,16 +184,68 @@ def write_csv_log(
     state: np.ndarray,
     command: np.ndarray,
     mapping: CsvMapping | None = None,
+    extra: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write rows in the schema (or a mapping's column names, no unit or frame conversion):
-    ``stamp_ns`` (N,), ``state`` (N, 13), ``command`` (N, 4). For tests and examples."""
+    ``stamp_ns`` (N,), ``state`` (N, 13), ``command`` (N, 4), then the ``extra`` columns (name
+    -> N cells, e.g. ``armed`` and ``mode``) as given. For tests and examples."""
     mapping = mapping or CsvMapping()
+    extra = extra or {}
     path = Path(path)
     with path.open("w", newline="") as stream:
         writer = csv.writer(stream)
-        writer.writerow([mapping.column(n) for n in SCHEMA])
-        for t, s, c in zip(stamp_ns, state, command, strict=True):
+        writer.writerow([*(mapping.column(n) for n in SCHEMA), *extra])
+        for i, (t, s, c) in enumerate(zip(stamp_ns, state, command, strict=True)):
             writer.writerow(
-                [repr(int(t) / NS_PER_S), *map(repr, s.tolist()), *map(repr, c.tolist())]
+                [
+                    repr(int(t) / NS_PER_S),
+                    *map(repr, s.tolist()),
+                    *map(repr, c.tolist()),
+                    *(cells[i] for cells in extra.values()),
+                ]
             )
     return path
+
+
+def _held_cells(cells: list[str]) -> list[str | None]:
+    """``cells`` with each empty one holding the value above it (None before the first)."""
+    held: list[str | None] = []
+    last: str | None = None
+    for cell in cells:
+        last = cell.strip() or last
+        held.append(last)
+    return held
+
+
+def _flight_phase(
+    path: Path, header: list[str], rows: list[list[str]], mapping: CsvMapping
+) -> tuple[np.ndarray | None, list[str]]:
+    """The flight phase of each row from the optional ``armed`` / ``mode`` columns (the mode's
+    code while armed, -1 otherwise) and a note of what was read; None without either."""
+    where = {name: i for i, name in enumerate(header)}
+    present = [name for name in PHASE_COLUMNS if mapping.column(name) in where]
+    if not present:
+        return None, []
+    phase = np.zeros(len(rows), dtype=np.int64)
+    notes = []
+    if "armed" in present:
+        column = mapping.column("armed")
+        cells = _held_cells([row[where[column]] for row in rows])
+        for line, cell in enumerate(cells, start=2):
+            if cell is not None and cell.lower() not in (*_TRUE, *_FALSE):
+                raise CsvLogError(f"{path}:{line}: column {column!r}: {cell!r} is not 0/1")
+        flying = np.array([cell is not None and cell.lower() in _TRUE for cell in cells])
+        phase[~flying] = -1
+        notes.append(f"flight phase: disarmed rows dropped (column {column!r})")
+    if "mode" in present:
+        column = mapping.column("mode")
+        modes = _held_cells([row[where[column]] for row in rows])
+        codes: dict[str, int] = {}
+        for i, mode in enumerate(modes):
+            if mode is None:
+                phase[i] = -1
+            elif phase[i] >= 0:
+                phase[i] = codes.setdefault(mode, len(codes))
+        seen = ", ".join(codes) or "none while armed"
+        notes.append(f"flight phase: segments split at mode changes (column {column!r}: {seen})")
+    return phase, notes

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from vnd_core.state import STATE_DIM
 
+from vnd_tools.logimport.thrust_curve import ThrustCurve
+
 
 @dataclass
 class FlightStreams:
@@ -25,6 +27,9 @@ class FlightStreams:
     # (N,) int flight phase of each odometry sample (a mode, say): a change splits the
     # segment, -1 marks samples not in flight (on the ground, disarmed); None: all in flight
     phase: np.ndarray | None = None
+    # curve that turned the log's normalised thrust into newtons; None: logged in newtons
+    thrust_curve: ThrustCurve | None = None
+    notes: list[str] = field(default_factory=list)  # choices the reader made (e.g. instances)
 
     def __post_init__(self) -> None:
         self.state_stamp_ns = np.asarray(self.state_stamp_ns, dtype=np.int64)
@@ -40,3 +45,10 @@ class FlightStreams:
             self.phase = np.asarray(self.phase, dtype=np.int64)
             if self.phase.shape != (n,):
                 raise ValueError(f"{self.source}: phase must be ({n},), got {self.phase.shape}")
+
+
+def held_values(stamps: np.ndarray, values: np.ndarray, at: np.ndarray, before: int) -> np.ndarray:
+    """``values`` (M,) last logged at or before each of ``at`` (N,), stamps (M,) sorted and on
+    the same clock; ``before`` ahead of the first."""
+    index = np.searchsorted(stamps, at, side="right") - 1
+    return np.where(index >= 0, values[np.maximum(index, 0)], before)

@@ -1,6 +1,6 @@
 """PX4 ULog flight logs (read with ``pyulog``).
 
-Topics read (first instance of each):
+Topics read (one instance of each, see below):
 
 - ``vehicle_local_position``: ``x y z`` [m] and ``vx vy vz`` [m/s], world NED; its samples
   are the odometry stamps;
@@ -14,23 +14,32 @@ Topics read (first instance of each):
   (``landed``), when logged: odometry samples count as flight only while armed and not landed,
   and a change of ``nav_state`` (the flight mode) splits the segment.
 
+A topic logged in several instances (``multi_id``: two estimators, redundant sensors) is read
+from instance 0 unless that one holds fewer than :data:`MIN_INSTANCE_SHARE` of the samples of
+the fullest instance (a stalled or short-lived publisher); then from the lowest instance that
+does. ``instances`` (``vnd import --ulog-instance TOPIC=N``) chooses one; the report notes the
+instance read of every topic logged in more than one.
+
 Attitude and body rates are interpolated onto the position stamps (the attitude on the nearer
 hemisphere, renormalised); odometry samples outside the span of any of the three topics are not
 formed. Frames go NED/FRD -> ENU/FLU (:mod:`.frames`); normalised thrust becomes newtons through
-the vehicle's thrust curve, taken as linear (the fraction times ``thrust_max_n``). ULog stamps
-count microseconds since the autopilot booted.
+the vehicle's thrust curve (:mod:`.thrust_curve`: ``thrust_max_n`` and ``thrust_model_factor``).
+ULog stamps count microseconds since the autopilot booted.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from vnd_core.vehicle import VehicleParams
 
 from vnd_tools.logimport.frames import command_to_flu, state_to_enu_flu
-from vnd_tools.logimport.streams import FlightStreams
+from vnd_tools.logimport.streams import FlightStreams, held_values
+from vnd_tools.logimport.thrust_curve import ThrustCurve
 
 TOPICS = (
     "vehicle_local_position",
@@ -42,6 +51,7 @@ TOPICS = (
     "vehicle_land_detected",
 )
 ARMING_STATE_ARMED = 2  # vehicle_status.arming_state of an armed vehicle
+MIN_INSTANCE_SHARE = 0.5  # instance 0 is read unless it has fewer samples than this share
 _NS_PER_US = 1000
 
 
@@ -84,8 +94,60 @@ def _interp_quat(t_us: np.ndarray, stamps_us: np.ndarray, q: np.ndarray) -> np.n
     return out / np.linalg.norm(out, axis=1, keepdims=True)
 
 
-def read_ulog(path: str | Path, vehicle: VehicleParams) -> FlightStreams:
-    """The streams of ULog file ``path``; UlogError naming the file on any problem."""
+def parse_instances(specs: list[str]) -> dict[str, int]:
+    """``TOPIC=N`` options as {topic: instance}; ValueError naming a malformed one."""
+    chosen = {}
+    for spec in specs:
+        topic, sep, number = spec.partition("=")
+        if not sep or not topic or not number.isdigit():
+            raise ValueError(f"--ulog-instance {spec!r}: expected TOPIC=N (N an instance number)")
+        if topic not in TOPICS:
+            raise ValueError(f"--ulog-instance {spec!r}: {topic} is not read (read: {TOPICS})")
+        chosen[topic] = int(number)
+    return chosen
+
+
+def choose_instances(
+    datasets: list[Any], path: Path, wanted: Mapping[str, int]
+) -> tuple[dict[str, dict[str, np.ndarray]], list[str]]:
+    """The data of one instance per topic of pyulog ``datasets`` (see the module docstring)
+    and a note per topic logged in several instances; UlogError for a missing wanted one."""
+    by_topic: dict[str, dict[int, dict[str, np.ndarray]]] = {}
+    for dataset in datasets:
+        by_topic.setdefault(dataset.name, {})[int(dataset.multi_id)] = dataset.data
+    data, notes = {}, []
+    for topic, instances in sorted(by_topic.items()):
+        samples = {i: len(d["timestamp"]) for i, d in sorted(instances.items())}
+        if topic in wanted:
+            chosen = wanted[topic]
+            if chosen not in instances:
+                raise UlogError(f"{path}: {topic} has no instance {chosen} (has {list(samples)})")
+            why = "chosen with --ulog-instance"
+        else:
+            enough = MIN_INSTANCE_SHARE * max(samples.values())
+            chosen = next(i for i, n in samples.items() if n >= enough)
+            first = min(samples)
+            why = (
+                "the lowest-numbered"
+                if chosen == first
+                else f"instance {first} holds under {MIN_INSTANCE_SHARE:.0%} of the samples"
+                " of the fullest"
+            )
+        data[topic] = instances[chosen]
+        if len(instances) > 1 or topic in wanted:
+            counts = ", ".join(f"{i}: {n}" for i, n in samples.items())
+            notes.append(f"{topic}: instance {chosen} read ({why}; samples per instance {counts})")
+    missing = sorted(set(wanted) - set(by_topic))
+    if missing:
+        raise UlogError(f"{path}: instances chosen for {missing}, which the log does not hold")
+    return data, notes
+
+
+def read_ulog(
+    path: str | Path, vehicle: VehicleParams, instances: Mapping[str, int] | None = None
+) -> FlightStreams:
+    """The streams of ULog file ``path``, topics from the instances of :func:`choose_instances`
+    (``instances``: topic -> instance to read); UlogError naming the file on any problem."""
     from pyulog import ULog
 
     path = Path(path)
@@ -98,7 +160,7 @@ def read_ulog(path: str | Path, vehicle: VehicleParams) -> FlightStreams:
     torn = torn_tail_bytes(path)
     if torn:
         raise UlogError(f"{path}: corrupt or truncated ULog file ({torn} bytes of a torn message)")
-    data = {d.name: d.data for d in log.data_list if d.multi_id == 0}
+    data, notes = choose_instances(log.data_list, path, instances or {})
     missing = [t for t in TOPICS[:4] if t not in data]
     if missing:
         raise UlogError(f"{path}: the log has no {missing} (has {sorted(data)})")
@@ -148,7 +210,8 @@ def read_ulog(path: str | Path, vehicle: VehicleParams) -> FlightStreams:
         substitutions.append(
             "thrust: vehicle_rates_setpoint.thrust_body (no vehicle_thrust_setpoint)"
         )
-    command_frd = np.concatenate([(normalised * vehicle.thrust_max_n)[:, None], rates_frd], axis=1)
+    curve = ThrustCurve.of(vehicle)
+    command_frd = np.concatenate([curve.thrust_n(normalised)[:, None], rates_frd], axis=1)
     phase = _flight_phase(data, t_us, path)
     if phase is None:
         substitutions.append("flight phase: every sample counts as flight (no vehicle_status)")
@@ -160,16 +223,14 @@ def read_ulog(path: str | Path, vehicle: VehicleParams) -> FlightStreams:
         command_stamp_ns=cmd_us * _NS_PER_US,
         command=command_to_flu(command_frd, "ned_frd"),
         substitutions=substitutions,
+        thrust_curve=curve,
+        notes=notes,
     )
 
 
-def _held(stamps_us: np.ndarray, values: np.ndarray, t_us: np.ndarray, before: int) -> np.ndarray:
-    """``values`` last logged at or before each of ``t_us``; ``before`` ahead of the first."""
-    index = np.searchsorted(stamps_us, t_us, side="right") - 1
-    return np.where(index >= 0, values[np.maximum(index, 0)], before)
-
-
-def _flight_phase(data: dict, t_us: np.ndarray, path: Path) -> np.ndarray | None:
+def _flight_phase(
+    data: dict[str, dict[str, np.ndarray]], t_us: np.ndarray, path: Path
+) -> np.ndarray | None:
     """nav_state while armed and not landed, -1 otherwise, at ``t_us``; None without status."""
     if "vehicle_status" not in data:
         return None
@@ -178,11 +239,11 @@ def _flight_phase(data: dict, t_us: np.ndarray, path: Path) -> np.ndarray | None
     armed_state, nav_state = _columns(
         status, ["arming_state", "nav_state"], path, "vehicle_status"
     ).T
-    armed = _held(status_us, armed_state.astype(np.int64), t_us, 0) == ARMING_STATE_ARMED
-    phase = _held(status_us, nav_state.astype(np.int64), t_us, -1)
+    armed = held_values(status_us, armed_state.astype(np.int64), t_us, 0) == ARMING_STATE_ARMED
+    phase = held_values(status_us, nav_state.astype(np.int64), t_us, -1)
     if "vehicle_land_detected" in data:
         land = data["vehicle_land_detected"]
         land_us = np.asarray(land["timestamp"], dtype=np.int64)
         landed = _columns(land, ["landed"], path, "vehicle_land_detected")[:, 0].astype(np.int64)
-        armed &= _held(land_us, landed, t_us, 1) == 0
+        armed &= held_values(land_us, landed, t_us, 1) == 0
     return np.where(armed, phase, -1)

@@ -75,6 +75,10 @@ class ImportReport:
     command_delay_s: float | None  # estimated command-to-response delay (None: not estimated)
     substitutions: list[str]  # streams the log lacked and what stands in for them
     bag: str = ""  # bag folder written ("" before writing)
+    # thrust_max_n and thrust_model_factor that turned normalised thrust into newtons (None:
+    # the log gave newtons); ``vnd vehicle fit`` reads it to recover the logged command
+    thrust_curve: dict[str, float] | None = None
+    notes: list[str] = field(default_factory=list)  # choices the reader made (e.g. instances)
 
     def describe(self) -> str:
         """The report for the terminal, one fact per line."""
@@ -90,6 +94,13 @@ class ImportReport:
         else:
             lines.append(f"  command delay: {self.command_delay_s * 1e3:.0f} ms (rates, estimated)")
         lines += [f"  substituted: {text}" for text in self.substitutions]
+        if self.thrust_curve is not None:
+            lines.append(
+                "  thrust: normalised in the log, newtons through thrust_max_n "
+                f"{self.thrust_curve['thrust_max_n']:g} N, thrust_model_factor "
+                f"{self.thrust_curve['thrust_model_factor']:g}"
+            )
+        lines += [f"  note: {text}" for text in self.notes]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -231,6 +242,8 @@ def resample(
         resampling=resampling,
         command_delay_s=delay,
         substitutions=list(streams.substitutions),
+        thrust_curve=None if streams.thrust_curve is None else streams.thrust_curve.as_dict(),
+        notes=list(streams.notes),
     )
     return records, report
 
