@@ -16,7 +16,10 @@ either vendor's writers), the same from the odometry's publication (``from_odom_
 and the policy ticks later than 1.5 control periods (``late_ticks``). ``vnd fly`` runs a
 SCHED_FIFO 99 probe pinned to each CPU (``vnd_tools.hoststall``): a late tick during which
 one CPU lost at least half as much time to host stalls as the tick was late counts as the
-host's (``late_ticks_host``), the rest are the stack's own (``late_ticks_stack``).
+host's (``late_ticks_host``); one the host does not explain, during which other processes' real-time
+threads took at least as much CPU (``vnd_tools.rtcensus``: another flight's or a test run's
+SCHED_FIFO nodes), counts as theirs (``late_ticks_foreign_realtime``); the rest are the
+stack's own (``late_ticks_stack``).
 
 Prints ONE JSON object last: ``{"duration_s", "middlewares": {name: {...}}, "budget": {...}}``;
 ``budget`` compares rclpy with dds: ``rclpy_p99_over_dds`` (goal <= 1.5) and the stack's own
@@ -104,7 +107,10 @@ def summarise(report: dict, exit_code: int, wall_s: float) -> dict:
         "from_odom_publication": {k: latency.get(k) for k in ("p50", "p99", "max")},
         "late_ticks": stalls.get("late_ticks") if probed else report.get("missed_ticks"),
         "late_ticks_host": stalls.get("late_ticks_with_host_stall") if probed else None,
-        "late_ticks_stack": stalls.get("late_ticks_without_host_stall") if probed else None,
+        "late_ticks_foreign_realtime": (
+            stalls.get("late_ticks_with_foreign_realtime") if probed else None
+        ),
+        "late_ticks_stack": stalls.get("late_ticks_stack") if probed else None,
         "host_probed": probed,
         "policy_missed_ticks": report.get("missed_ticks"),
         "model_updates": len(report.get("model_updates") or []),

@@ -15,7 +15,7 @@ from vnd_core.wire import LEARNER_STATE_NAMES
 from vnd_ros.bag_read import read_messages
 from vnd_ros.stack_records import namespaced, stamp_ns
 
-from vnd_tools import hostcpu, hoststall
+from vnd_tools import hostcpu, hoststall, rtcensus
 
 if TYPE_CHECKING:
     from vnd_tools.flight_report import ScenarioClock
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 LATENCY_FILE = "control_latency.npz"  # per-tick latency samples (numpy arrays, no pickle)
 HOST_CPU_FILE = "host_cpu.npz"  # the machine's CPU times, 10 Hz (vnd_tools.hostcpu)
 HOST_STALLS_FILE = "host_stalls.npz"  # the per-CPU stall probe's (vnd_tools.hoststall)
+REALTIME_CENSUS_FILE = "realtime_census.npz"  # other processes' real-time CPU (rtcensus)
 META_FILE = "flight_meta.json"
 
 
@@ -285,7 +286,9 @@ def _host_stalls(path: Path, samples_path: Path) -> dict:
     with np.load(samples_path, allow_pickle=False) as data:
         ticks_s, odom_s = data["command_source_ns"] / 1e9, data["odom_source_ns"] / 1e9
     probes = hoststall.load_stalls(path)
-    return hoststall.host_stall_report(probes, ticks_s, odom_s, CONTROL_PERIOD_S)
+    census = path.parent / REALTIME_CENSUS_FILE
+    realtime = rtcensus.load_use(census) if census.is_file() else None
+    return hoststall.host_stall_report(probes, ticks_s, odom_s, CONTROL_PERIOD_S, realtime)
 
 
 def _model_updates(index_path: Path, inputs: FlightInputs, clock: ScenarioClock) -> list:

@@ -108,11 +108,23 @@ def _stall_line(stalls: dict[str, Any]) -> str:
         f"(longest {cpu_stats['longest_ms']:.1f} ms)"
         for cpu, cpu_stats in stalls["probe"].items()
     )
-    return (
+    line = (
         f"host stalls (per-CPU SCHED_FIFO 99 probe, wake-ups >= 1 ms late): {lost}; "
         f"policy ticks > 1.5 periods apart: {stalls['late_ticks']}, "
         f"{stalls['late_ticks_with_host_stall']} with the host taking a CPU for at least half "
         "the delay"
+    )
+    if "late_ticks_stack" not in stalls or "foreign_realtime_processes" not in stalls:
+        return line
+    foreign = stalls["foreign_realtime_processes"]
+    busiest = "; ".join(
+        f"pid {p['pid']} FIFO/RR {p['priority']} {p['cpu_s']:.1f} s CPU ({p['command'][:60]})"
+        for p in foreign[:3]
+    )
+    return (
+        f"{line}, {stalls['late_ticks_with_foreign_realtime']} with other processes' real-time "
+        f"threads taking as much CPU, {stalls['late_ticks_stack']} the stack's own; other "
+        f"real-time processes: {busiest or 'none'}"
     )
 
 

@@ -25,8 +25,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from vnd_tools.rtcensus import RealtimeUse
 
 PROBE_PERIOD_S = 0.002  # sleep per probe iteration
 STALL_THRESHOLD_S = 0.001  # a wake-up this much later than asked counts as a stall
@@ -164,6 +167,7 @@ def attribute_late_ticks(
     period_s: float,
     probes: list[CpuStalls],
     upstream_wall_s: np.ndarray | None = None,
+    realtime: RealtimeUse | None = None,
 ) -> dict:
     """Split the late ticks of ``tick_wall_s`` (N,) into those the host explains and the rest.
 
@@ -173,29 +177,39 @@ def attribute_late_ticks(
     one CPU lost at least half as much time as the tick was late (a short stall does not
     explain a long delay; the host often takes a vCPU in several bursts, so they add up).
     ``upstream_wall_s`` (M,), the publication times of the input the ticks answer, gives each
-    late tick the longest input gap around it (a late input points upstream). Returns the
-    counts and one row per late tick.
+    late tick the longest input gap around it (a late input points upstream). ``realtime``,
+    the census of other processes' real-time threads (:mod:`vnd_tools.rtcensus`), gives each
+    the CPU time they took during it; a tick the host does not explain counts as theirs when
+    they took at least half as much as it was late. The rest are the stack's own
+    (``late_ticks_stack``). Returns the counts and one row per late tick.
     """
     starts, ends = late_gaps(tick_wall_s, period_s)
     upstream = None if upstream_wall_s is None else np.sort(np.asarray(upstream_wall_s, float))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for t0, t1 in zip(starts, ends, strict=True):
         lost = {str(probe.cpu): round(cpu_lost_s(probe, t0, t1) * 1e3, 2) for probe in probes}
         lateness_ms = float(t1 - t0 - period_s) * 1e3
-        row = {
+        row: dict[str, Any] = {
             "start_wall_s": round(float(t0), 4),
             "gap_ms": round(float(t1 - t0) * 1e3, 2),
             "cpu_lost_ms": lost,
             "host": bool(lost) and max(lost.values()) >= 0.5 * lateness_ms,
         }
+        if realtime is not None:
+            foreign_ms = realtime.cpu_in_gap_ms(float(t0), float(t1))
+            row["foreign_realtime_ms"] = round(foreign_ms, 1)
+            row["foreign_realtime"] = not row["host"] and foreign_ms >= 0.5 * lateness_ms
         if upstream is not None:
             row["input_gap_ms"] = _longest_gap_ms(upstream, t0, t1)
         rows.append(row)
-    host = int(sum(row["host"] for row in rows))
+    host = sum(1 for row in rows if row["host"])
+    foreign = sum(1 for row in rows if row.get("foreign_realtime"))
     return {
         "late_ticks": len(rows),
         "late_ticks_with_host_stall": host,
         "late_ticks_without_host_stall": len(rows) - host,
+        "late_ticks_with_foreign_realtime": foreign,
+        "late_ticks_stack": len(rows) - host - foreign,
         "late": rows,
     }
 
@@ -246,13 +260,21 @@ if __name__ == "__main__":  # one probe process: CPU, period [s], threshold [s],
 
 
 def host_stall_report(
-    probes: list[CpuStalls], tick_wall_s: np.ndarray, input_wall_s: np.ndarray, period_s: float
+    probes: list[CpuStalls],
+    tick_wall_s: np.ndarray,
+    input_wall_s: np.ndarray,
+    period_s: float,
+    realtime: RealtimeUse | None = None,
 ) -> dict:
     """The flight's probe summary and its late ticks put against it (report.json
     ``host_stalls``): ``tick_wall_s`` (N,) every tick's publication time, ``input_wall_s``
-    (M,) the input's (odometry)."""
+    (M,) the input's (odometry); ``realtime`` the census of other processes' real-time
+    threads, whose processes are listed (``foreign_realtime_processes``)."""
     ticks = np.sort(np.asarray(tick_wall_s, dtype=float))
     if len(ticks) < 2:
         return {"probed": True, "late_ticks": 0, "probe": {}}
-    split = attribute_late_ticks(ticks, period_s, probes, input_wall_s)
-    return {"probed": True, "probe": probe_summary(probes, ticks[0], ticks[-1]), **split}
+    split = attribute_late_ticks(ticks, period_s, probes, input_wall_s, realtime)
+    report = {"probed": True, "probe": probe_summary(probes, ticks[0], ticks[-1]), **split}
+    if realtime is not None:
+        report["foreign_realtime_processes"] = realtime.processes
+    return report

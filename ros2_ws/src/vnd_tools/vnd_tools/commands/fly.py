@@ -46,12 +46,13 @@ from vnd_ros.launch.resolve import default_environment, resolve_launch
 from vnd_ros.paths import REPO_ROOT
 from vnd_ros.stack_records import namespaced
 
-from vnd_tools import hoststall
+from vnd_tools import hoststall, rtcensus
 from vnd_tools.flight_bag import (
     HOST_CPU_FILE,
     HOST_STALLS_FILE,
     LATENCY_FILE,
     META_FILE,
+    REALTIME_CENSUS_FILE,
     write_report,
 )
 from vnd_tools.flight_monitor import FlightMonitor, FlightOutcome
@@ -281,9 +282,12 @@ def fly(options: FlightOptions) -> FlightOutcome:
     )
     outcome = FlightOutcome("interrupted", 130)
     probe = hoststall.StallProbe() if options.host_diagnostics and sys.platform == "linux" else None
+    # Other processes' real-time threads delay the stack where the host probe sees nothing.
+    census = rtcensus.RealtimeCensus() if probe is not None else None
     try:
-        if probe is not None:
+        if probe is not None and census is not None:
             probe.start()
+            census.start()
         service.start()
         outcome = monitor.watch(service, vital, timeout_s, options.progress or sys.stdout)
     finally:
@@ -300,7 +304,7 @@ def fly(options: FlightOptions) -> FlightOutcome:
         code = 1 if outcome.failures else 0
         if code != 0 and outcome.exit_code == 0:
             outcome = FlightOutcome("stack failed", 1, outcome.failures, outcome.respawns)
-        _save_measurements(out, monitor, probe)
+        _save_measurements(out, monitor, probe, census)
         meta.update(
             wall_end_s=time.time(),
             end_reason=outcome.reason,
@@ -355,10 +359,13 @@ def _flight_meta(
 
 
 def _save_measurements(
-    out: Path, monitor: FlightMonitor, probe: hoststall.StallProbe | None
+    out: Path,
+    monitor: FlightMonitor,
+    probe: hoststall.StallProbe | None,
+    census: rtcensus.RealtimeCensus | None,
 ) -> None:
-    """Write the per-tick latency and, with the host diagnostics, the CPU times and the stall
-    probe's samples; then close the monitor."""
+    """Write the per-tick latency and, with the host diagnostics, the CPU times, the stall
+    probe's samples and the real-time census; then close the monitor."""
     monitor.save_latency(out / LATENCY_FILE)
     if monitor.cpu is not None:
         monitor.cpu.save(out / HOST_CPU_FILE)
@@ -367,6 +374,11 @@ def _save_measurements(
             hoststall.save_stalls(out / HOST_STALLS_FILE, probe.stop())
         except RuntimeError as err:  # the report then says the flight was not probed
             print(f"vnd fly: no host stall record: {err}", file=sys.stderr)
+    if census is not None:
+        try:
+            rtcensus.save_use(out / REALTIME_CENSUS_FILE, census.stop())
+        except RuntimeError as err:  # the report then puts late ticks against the host only
+            print(f"vnd fly: no real-time census: {err}", file=sys.stderr)
     monitor.close()
 
 
