@@ -11,13 +11,8 @@ import torch
 from vnd_core.bundle import Bundle, bundle_to_bytes, content_id, load_bundle, shipped_bundle_path
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
-from vnd_core.learner.continual import (
-    ContinualLearner,
-    LearnerConfig,
-    _long_runs,
-    _ticks_in_long_runs,
-)
-from vnd_core.learner.novelty import UnexplainedCounter
+from vnd_core.learner.continual import ContinualLearner, LearnerConfig
+from vnd_core.learner.novelty import UnexplainedCounter, long_runs, ticks_in_long_runs
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import (
@@ -301,10 +296,10 @@ def test_unexplained_windows_are_judged_once_as_the_replay_grows():
 
 def test_unexplained_windows_count_only_in_long_runs():
     flags = np.array([1, 1, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1], dtype=bool)
-    assert _ticks_in_long_runs(flags, 3) == 3 + 4
-    assert _ticks_in_long_runs(flags, 5) == 0
-    assert _ticks_in_long_runs(np.zeros(0, dtype=bool), 1) == 0
-    np.testing.assert_array_equal(_long_runs(flags, 3), [0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1])
+    assert ticks_in_long_runs(flags, 3) == 3 + 4
+    assert ticks_in_long_runs(flags, 5) == 0
+    assert ticks_in_long_runs(np.zeros(0, dtype=bool), 1) == 0
+    np.testing.assert_array_equal(long_runs(flags, 3), [0, 0, 0, 1, 1, 1, 0, 0, 1, 1, 1, 1])
 
 
 def test_first_update_creates_the_model_and_emits_the_next_version():

@@ -25,7 +25,7 @@ import pytest
 import torch
 from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight
-from vnd_core.learner import continual as continual_module
+from vnd_core.learner import model_update as model_update_module
 from vnd_core.learner.policy_update import TrustRegion, anchored_dynamics, residual_bound
 from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import make_eval_set, rollout_errors
@@ -71,14 +71,14 @@ def quick_update() -> QuickUpdate:
     learner = ContinualLearner(base.vehicle, config, base)
     learner.ingest(chunk.records)
     pools = []
-    train = continual_module.train_policy_on_model
+    train = model_update_module.train_policy_on_model
 
     def recording(*args, **kwargs):  # the real training; only the pool it is given is kept
         pools.append(kwargs["latent_pool"].clone())
         return train(*args, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(continual_module, "train_policy_on_model", recording)
+        patch.setattr(model_update_module, "train_policy_on_model", recording)
         result = learner.update()
     assert result.accepted, result.reason
     model = result.bundle.model

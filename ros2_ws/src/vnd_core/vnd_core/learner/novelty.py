@@ -27,9 +27,15 @@ import torch
 from vnd_core.dynamics import NominalModel
 from vnd_core.learner.records import TickRecords
 from vnd_core.learner.segmenter import split_runs
+from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import Segment, TransitionDataset
 from vnd_core.vnd.features import INPUT_DIM, RES_VEL
-from vnd_core.vnd.model import VNDModel
+from vnd_core.vnd.model import VNDModel, VNDModelConfig
+
+# Unexplained windows count only in runs this long (1 s): in the demo's calm figure-eight flight
+# about 10 % of the windows (as the pose filter gives them) exceed the calm threshold, in runs of
+# at most 7 ticks; under 4 m/s wind all of them do, in one run per phase.
+UNEXPLAINED_RUN_TICKS = 50
 
 
 def window_unexplained_accel(
@@ -135,3 +141,104 @@ def focus_weights(focus: torch.Tensor, fraction: float) -> torch.Tensor:
     if f == 0:
         return weights
     return weights * (1.0 - fraction) + focus.float() * (fraction / f)
+
+
+def unexplained_windows(
+    model: VNDModel | None, dataset: TransitionDataset, context_len: int, threshold_mps2: float
+) -> torch.Tensor:
+    """Flag (W,) per context window (``dataset.window_starts(context_len, 0)``, the windows a
+    fit re-encodes): ``model`` does not explain it (:func:`window_unexplained_accel` above
+    ``threshold_mps2``) and it lies in a run of at least ``UNEXPLAINED_RUN_TICKS`` such
+    windows."""
+    starts = dataset.window_starts(context_len, 0)
+    if len(starts) == 0:
+        return torch.zeros(0, dtype=torch.bool)
+    dt_s = dataset.prior.config.dt_s
+    accel = torch.cat(
+        [
+            window_unexplained_accel(model, dataset.context(part, context_len), dt_s)
+            for part in starts.split(4096)
+        ]
+    )
+    flags = (accel > threshold_mps2).numpy()
+    # runs as the trigger counts them: scattered windows (transitions, outliers of a
+    # condition the model explains) are no new condition, and focusing on them costs
+    # tracking of a condition the model explains
+    return torch.from_numpy(long_runs(flags, UNEXPLAINED_RUN_TICKS))
+
+
+def ticks_in_long_runs(flags: np.ndarray, min_run: int) -> int:
+    """Total length of the runs of True in ``flags`` (N,) that are at least ``min_run`` long."""
+    return int(long_runs(flags, min_run).sum())
+
+
+def long_runs(flags: np.ndarray, min_run: int) -> np.ndarray:
+    """``flags`` (N,) bool with the runs of True shorter than ``min_run`` cleared."""
+    flags = np.asarray(flags, dtype=bool)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], flags.astype(np.int8), [0]])))
+    kept = np.zeros(len(flags) + 1, dtype=np.int64)
+    for start, stop in zip(edges[::2], edges[1::2], strict=True):
+        if stop - start >= min_run:
+            kept[start] += 1
+            kept[stop] -= 1
+    return np.cumsum(kept)[:-1] > 0
+
+
+class NewFlightCounts:
+    """Unexplained new ticks per judge (a name: "model", "prior"), counted incrementally.
+
+    A count is judged again at most every ``RECOUNT_TICKS`` stored ticks; a judge with another
+    model or another start of the new flight starts a fresh :class:`UnexplainedCounter`.
+    """
+
+    RECOUNT_TICKS = 25  # stored ticks between two counts of one judge
+
+    def __init__(
+        self, vehicle: VehicleParams, period_s: float, gap_factor: float, threshold_mps2: float
+    ) -> None:
+        self.vehicle = vehicle
+        self.period_s = period_s
+        self.gap_factor = gap_factor
+        self.threshold_mps2 = threshold_mps2
+        # judge -> (ticks stored when counted, count, the counter judging the new ticks)
+        self._counts: dict[str, tuple[int, int, UnexplainedCounter]] = {}
+
+    def clear(self) -> None:
+        """Forget every count (an update started: the new flight starts again)."""
+        self._counts.clear()
+
+    def last(self, judge: str, default: int = 0) -> int:
+        """The count ``judge`` gave last (``default`` when it has not counted yet)."""
+        entry = self._counts.get(judge)
+        return entry[1] if entry is not None else default
+
+    def count(
+        self,
+        judge: str,
+        model: VNDModel | None,
+        records: TickRecords,
+        since_ns: int,
+        model_config: VNDModelConfig,
+    ) -> int:
+        """Ticks of ``records`` stamped after ``since_ns`` in windows ``model`` (None: the
+        prior) does not explain, in runs of at least ``UNEXPLAINED_RUN_TICKS``."""
+        entry = self._counts.get(judge)
+        counter = entry[2] if entry is not None else None
+        fresh = counter is not None and counter.model is model and counter.since_ns == since_ns
+        if entry is not None and fresh and abs(len(records) - entry[0]) < self.RECOUNT_TICKS:
+            return entry[1]
+        if counter is None or not fresh:
+            counter = UnexplainedCounter(
+                model,
+                NominalModel(self.vehicle),
+                since_ns,
+                model_config.context_len,
+                model_config.action_delay_ticks,
+                self.period_s,
+                self.gap_factor,
+                self.threshold_mps2,
+            )
+        counter.update(records)
+        count = ticks_in_long_runs(counter.flags, UNEXPLAINED_RUN_TICKS)
+        self._counts[judge] = (len(records), count, counter)
+        return count
