@@ -13,8 +13,9 @@ So ``vnd fly`` also samples, every :data:`SAMPLE_PERIOD_S`, the CPU time of ever
 thread (SCHED_FIFO or SCHED_RR, kernel threads left out) of the processes outside its own
 process tree. A late tick is put against the CPU time those took around it: as a rate over
 the samples that span the tick's gap, times the gap, so a task using a steady tenth of a core
-does not explain a 40-ms delay and two that held both CPUs for 300 ms do. Linux only; the
-counters come in 10-ms units (``USER_HZ``).
+does not explain a 40-ms delay and two that held both CPUs for 300 ms do. A thread that
+starts between two scans counts from its start; what one uses after the last scan before it
+exits is not counted. Linux only; the counters come in 10-ms units (``USER_HZ``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ REALTIME_POLICIES = (1, 2)  # SCHED_FIFO, SCHED_RR (the ``policy`` field of /pro
 PF_KTHREAD = 0x00200000  # the ``flags`` bit of kernel threads
 USER_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # Fields of /proc/<pid>/task/<tid>/stat after the command, 0 = the state (field 3).
-_PPID, _FLAGS, _UTIME, _STIME, _RT_PRIORITY, _POLICY = 1, 6, 11, 12, 37, 38
+_PPID, _FLAGS, _UTIME, _STIME, _START, _RT_PRIORITY, _POLICY = 1, 6, 11, 12, 19, 37, 38
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class ThreadSample:
     realtime: bool  # SCHED_FIFO or SCHED_RR, not a kernel thread
     priority: int  # real-time priority (0 when not real time)
     cpu_ticks: int  # user + system CPU time [USER_HZ ticks]
+    start_ticks: int  # start time after boot [USER_HZ ticks]
 
 
 def read_threads(proc: Path = PROC) -> list[ThreadSample]:
@@ -82,6 +84,7 @@ def _read_thread(path: Path, pid: int, tid: int) -> ThreadSample | None:
         realtime=realtime,
         priority=int(fields[_RT_PRIORITY]) if realtime else 0,
         cpu_ticks=int(fields[_UTIME]) + int(fields[_STIME]),
+        start_ticks=int(fields[_START]),
     )
 
 
@@ -134,6 +137,7 @@ class RealtimeCensus:
         self._wall_s: list[float] = []
         self._cpu_ticks: list[int] = []
         self._seen: dict[tuple[int, int], int] = {}  # (pid, tid) -> last CPU ticks counted
+        self._scanned_ticks: float | None = None  # boot time [USER_HZ ticks] of the last scan
         self._processes: dict[int, dict] = {}
         self._error: Exception | None = None  # what ended the sampling thread early
 
@@ -171,8 +175,11 @@ class RealtimeCensus:
             self._stop.wait(max(0.0, self.period_s - (time.time() - now)))
 
     def sample(self) -> int:
-        """One scan: the CPU ticks foreign real-time threads used since the last one (a
-        thread's first sighting counts nothing: its earlier time is not this flight's)."""
+        """One scan: the CPU ticks foreign real-time threads used since the last one. A
+        thread first seen counts all its time when it started after the last scan (a short
+        busy task lives between two scans), none when it was running before the census."""
+        previous = self._scanned_ticks
+        self._scanned_ticks = time.clock_gettime(time.CLOCK_BOOTTIME) * USER_HZ
         threads = read_threads()
         ours = process_tree(self.root_pid, threads)
         used = 0
@@ -183,8 +190,11 @@ class RealtimeCensus:
             before = self._seen.get(key)
             self._seen[key] = thread.cpu_ticks
             if before is None:
-                continue
+                new = previous is not None and thread.start_ticks >= previous
+                before = 0 if new else thread.cpu_ticks
             delta = thread.cpu_ticks - before
+            if delta <= 0:
+                continue
             used += delta
             self._note_process(thread, delta)
         return used
