@@ -12,6 +12,7 @@ import argparse
 import json
 import struct
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from vnd_core.learner.records import MODE_POLICY, TickRecords
 from vnd_core.plant import TruePlant
 from vnd_core.plant_parts import rotate_np, rotmat_np
 from vnd_core.policy import PolicyRunner
+from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import Phase, Scenario, WindEvent
 from vnd_core.state import OMEGA, POS, QUAT, VEL
 from vnd_core.vehicle import load_vehicle
@@ -54,6 +56,7 @@ from vnd_tools.logimport.frames import (
 )
 from vnd_tools.logimport.rosbag2log import Rosbag2LogError, log_typestore, read_rosbag2_log
 from vnd_tools.logimport.streams import FlightStreams
+from vnd_tools.logimport.thrust_curve import ThrustCurve
 from vnd_tools.logimport.ulog import UlogError, read_ulog
 from vnd_tools.logimport.writer import read_import_report, resample
 
@@ -112,14 +115,22 @@ def held_out_flight() -> Flight:
     return _fly(seed=4)
 
 
-def _fly(seed: int) -> Flight:
-    runner = PolicyRunner(load_bundle(shipped_bundle_path()).policy, WINDY.reference)
-    plant = TruePlant(VEHICLE, WINDY, batch_size=1, seed=seed)
-    plant.reset(WINDY.start_state(1))
+def _fly(
+    seed: int,
+    act: Callable[[np.ndarray, float], np.ndarray] | None = None,
+    scenario: Scenario = WINDY,
+    ticks: int = 400,
+) -> Flight:
+    """``ticks`` control periods of ``scenario`` on the true plant, flown by ``act`` (measured
+    state, time [s] -> command; default: the shipped policy)."""
+    if act is None:
+        act = PolicyRunner(load_bundle(shipped_bundle_path()).policy, scenario.reference).act
+    plant = TruePlant(VEHICLE, scenario, batch_size=1, seed=seed)
+    plant.reset(scenario.start_state(1))
     truth_ns, truth, command_ns, command = [T0_NS], [plant.state[0].double().numpy()], [], []
-    for _ in range(400):
+    for _ in range(ticks):
         t_s = plant.time_s
-        action = runner.act(plant.measure()[0].double().numpy(), t_s)
+        action = act(plant.measure()[0].double().numpy(), t_s)
         plant.set_command(torch.from_numpy(action).float())
         command_ns.append(T0_NS + round(t_s * 1e9))
         command.append(action)
@@ -609,14 +620,20 @@ def write_ulog(path: Path, topics: dict[str, tuple[list[str], np.ndarray]]) -> P
 
 
 def _px4_log(
-    path: Path, flight: Flight, with_thrust_topic: bool = True, status: dict | None = None
+    path: Path,
+    flight: Flight,
+    with_thrust_topic: bool = True,
+    status: dict | None = None,
+    curve: ThrustCurve | None = None,
 ) -> Path:
-    """The flight as PX4 would log it: NED/FRD, microseconds since boot, normalised thrust."""
+    """The flight as PX4 would log it: NED/FRD, microseconds since boot, thrust normalised
+    through ``curve`` (default: the vehicle's, linear)."""
+    curve = curve or ThrustCurve.of(VEHICLE)
     boot_ns = T0_NS - 60 * 1_000_000_000  # the autopilot booted a minute before the flight
     log_us = (flight.log_ns - boot_ns) // 1000
     cmd_us = (flight.command_ns - boot_ns) // 1000
     ned, frd = _to_ned_frd(flight.log_state, flight.command)
-    thrust_z = -frd[:, 0] / VEHICLE.thrust_max_n
+    thrust_z = -curve.normalised(frd[:, 0])
     zeros = np.zeros_like(thrust_z)
     topics = {
         "vehicle_local_position": (
@@ -719,16 +736,93 @@ def test_vehicle_fit_recovers_mass_and_rate_time_constant(flight, tmp_path, caps
     assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
     fitted_path = tmp_path / "fitted.yaml"
     argv = ["vehicle", "fit", str(out / "px4"), "--out", str(fitted_path), "--vehicle"]
-    # a base vehicle whose full thrust cannot lift the fitted mass is refused, saying why
-    assert vnd_main([*argv, "small"]) == 2 and not fitted_path.exists()
-    assert "hover thrust < thrust_max_n, got 0.0 / 7.4" in capsys.readouterr().out
+    # the log's thrust is normalised: the mass comes out in proportion to the base vehicle's
+    # full thrust (kinematics fix only their ratio)
+    assert vnd_main([*argv, "small"]) == 0
+    small = load_vehicle(fitted_path)
+    assert small.mass_kg == pytest.approx(VEHICLE.mass_kg * small.thrust_max_n / 30.0, rel=0.03)
     assert vnd_main([*argv, "agile"]) == 0
-    assert "body-rate time constant" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "body-rate time constant" in printed
+    # a hover holds one thrust level: the curve is not identified, and the output says so
+    assert "thrust curve: NOT identified: the normalised thrust spans only" in printed
     fitted = load_vehicle(fitted_path)  # the result loads as a vehicle file
     assert fitted.name == "agile_fit" and fitted.inertia_kgm2 == VEHICLE.inertia_kgm2
     # the simulated vehicle: 0.752 kg; its rate loop 1 / rate_gain_p = 50 ms
     assert fitted.mass_kg == pytest.approx(VEHICLE.mass_kg, rel=0.03)
     assert fitted.body_rate_time_constant_s == pytest.approx(1.0 / VEHICLE.rate_gain_p[0], rel=0.03)
+    assert fitted.thrust_model_factor == VEHICLE.thrust_model_factor  # kept from the base
+
+
+TRUE_CURVE = ThrustCurve(thrust_max_n=VEHICLE.thrust_max_n, factor=0.45)  # a propeller's curve
+
+
+def _vertical_flight(tracking_controller, seed: int, amplitude_m: float, period_s: float) -> Flight:
+    """12 s of climbs and descents (from 2 m up to 2 m + twice ``amplitude_m`` and back, a
+    cosine) with a sideways weave in calm air, flown by the textbook tracking controller."""
+    omega, weave = 2.0 * np.pi / period_s, 2.0 * np.pi / 1.3
+
+    def act(measured: np.ndarray, t_s: float) -> np.ndarray:
+        phase = omega * t_s
+        side = 0.3 * np.sin(weave * t_s)
+        reference = (
+            [side, 0.0, 2.0 + amplitude_m * (1.0 - np.cos(phase))],
+            [0.3 * weave * np.cos(weave * t_s), 0.0, amplitude_m * omega * np.sin(phase)],
+            [-(weave**2) * side, 0.0, amplitude_m * omega**2 * np.cos(phase)],
+        )
+        state = torch.from_numpy(measured[None]).float()
+        pva = tuple(torch.tensor([row], dtype=torch.float32) for row in reference)
+        return tracking_controller(state, pva, VEHICLE)[0].double().numpy()
+
+    scenario = Scenario(
+        name="vertical",
+        duration_s=12.0,
+        reference=ReferenceSpec(center_m=(0.0, 0.0, 2.0)),
+        phases=(Phase("calm", 0.0),),
+    )
+    return _fly(seed, act, scenario, ticks=600)
+
+
+def test_vehicle_fit_recovers_mass_and_thrust_curve_from_px4_climbs(
+    tracking_controller, tmp_path, capsys
+):
+    """PX4 logs of climbs and descents with a quadratic-leaning thrust curve, imported with the
+    vehicle's linear default: the fit recovers mass and curve, and a re-import through the
+    fitted vehicle gives the thrust that was flown."""
+    flights = {
+        "slow": _vertical_flight(tracking_controller, 5, amplitude_m=1.2, period_s=3.0),
+        "fast": _vertical_flight(tracking_controller, 6, amplitude_m=0.5, period_s=2.0),
+    }
+    out = tmp_path / "bags"
+    for name, one in flights.items():
+        log = _px4_log(tmp_path / f"{name}.ulg", one, curve=TRUE_CURVE)
+        assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    capsys.readouterr()
+    fitted_path = tmp_path / "fitted.yaml"
+    argv = ["vehicle", "fit", str(out), "--vehicle", "agile", "--out", str(fitted_path)]
+    assert vnd_main(argv) == 0
+    printed = capsys.readouterr().out
+    print(printed)
+    fitted = load_vehicle(fitted_path)
+    mass_error = fitted.mass_kg / VEHICLE.mass_kg - 1.0
+    factor_error = fitted.thrust_model_factor / TRUE_CURVE.factor - 1.0
+    u = np.linspace(0.0, 1.0, 101)[1:]
+    curve_error = np.abs(ThrustCurve.of(fitted).thrust_n(u) / TRUE_CURVE.thrust_n(u) - 1.0).max()
+    print(
+        f"recovery: mass {mass_error:+.2%}, thrust_model_factor {factor_error:+.2%}, thrust "
+        f"curve over u in (0, 1] at most {curve_error:.2%}"
+    )
+    assert abs(mass_error) < 0.03 and abs(factor_error) < 0.03 and curve_error < 0.03
+    assert "thrust_model_factor" in printed and "fitted (normalised thrust u" in printed
+    assert "thrust_model_factor" in fitted_path.read_text().splitlines()[0]
+    # the fitted vehicle turns the logged commands back into the newtons that were flown
+    log = tmp_path / "slow.ulg"
+    again = tmp_path / "again"
+    assert vnd_main(["import", str(log), "--vehicle", str(fitted_path), "--out", str(again)]) == 0
+    records = read_transitions(again / "slow")
+    records.stamp_ns += T0_NS - 60 * 1_000_000_000
+    flown = flights["slow"].command_for_tick(records.stamp_ns)[:, 0]
+    assert np.abs(records.action[:, 0] / flown - 1.0).max() < 0.03
 
 
 def test_learn_reports_the_data_checks_of_its_input(tmp_path, capsys):
