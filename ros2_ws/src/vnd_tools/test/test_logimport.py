@@ -22,6 +22,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rosbags.rosbag2 import StoragePlugin, Writer
+from rosbags.typesys import get_types_from_msg
+from rosbags.typesys.store import Typestore
 from vnd_core.bundle import Bundle, load_bundle, save_bundle, shipped_bundle_path
 from vnd_core.evaluation.replay_bag import (
     ReadReport,
@@ -426,10 +428,13 @@ def _write_rosbag2(
     odom_type: str,
     command_type: str,
     odom_velocity_in_body: bool = False,
+    status: tuple[str, str, list[tuple[int, object]]] | None = None,
+    store: Typestore | None = None,
 ) -> Path:
     """The flight as a rosbag2 bag: odometry (or poses) at the log rows, the policy's commands
-    when issued; receive time = stamp."""
-    store = log_typestore()
+    when issued, ``status`` (topic, type, (stamp, message) pairs) when given; receive time =
+    stamp. ``store`` holds the types (default: the importer's)."""
+    store = store or log_typestore()
     types = store.types
     time_class, header_class = types["builtin_interfaces/msg/Time"], types["std_msgs/msg/Header"]
     point, quat, vec3 = (
@@ -502,13 +507,16 @@ def _write_rosbag2(
                 thrust=np.float32(thrust / VEHICLE.thrust_max_n),
             )
         messages.append((int(stamp), "/cmd", msg))
+    msgtypes = {"/odom": odom_type, "/cmd": command_type}
+    if status is not None:
+        topic, msgtypes[topic], stamped = status
+        messages += [(stamp, topic, msg) for stamp, msg in stamped]
     messages.sort(key=lambda m: m[0])
     with Writer(path, version=9, storage_plugin=storage) as writer:
         connections = {
-            "/odom": writer.add_connection("/odom", odom_type, typestore=store),
-            "/cmd": writer.add_connection("/cmd", command_type, typestore=store),
+            topic: writer.add_connection(topic, msgtype, typestore=store)
+            for topic, msgtype in msgtypes.items()
         }
-        msgtypes = {"/odom": odom_type, "/cmd": command_type}
         for stamp, topic, msg in messages:
             data = store.serialize_cdr(msg, msgtypes[topic])
             writer.write(connections[topic], stamp, data)
@@ -584,12 +592,13 @@ _ULOG_MAGIC = b"ULog\x01\x12\x35"
 _ULOG_TYPES = {"uint64_t": "Q", "float": "f", "uint8_t": "B", "bool": "?"}
 
 
-def write_ulog(path: Path, topics: dict[str, tuple[list[str], np.ndarray]]) -> Path:
-    """A minimal ULog file (format version 1): header, flag bits, one format and one add-logged
-    message per topic, then its data messages in time order.
+def write_ulog(path: Path, topics: dict, instances: dict | None = None) -> Path:
+    """A minimal ULog file (format version 1): header, flag bits, one format message per topic
+    and one add-logged message per instance, then the data messages in time order.
 
     ``topics`` maps a topic name to (fields as "type name" / "type[n] name", rows (N, k)) where
-    the first field is ``uint64_t timestamp`` [us] and each row holds every scalar in order.
+    the first field is ``uint64_t timestamp`` [us] and each row holds every scalar in order:
+    instance 0 of the topic. ``instances`` maps (topic, multi_id) to rows of further instances.
     """
 
     def message(kind: bytes, body: bytes) -> bytes:
@@ -607,8 +616,10 @@ def write_ulog(path: Path, topics: dict[str, tuple[list[str], np.ndarray]]) -> P
             code += _ULOG_TYPES[base] * (int(count[:-1]) if count else 1)
         packers[name] = struct.Struct("<" + code)
     rows = []
-    for msg_id, (name, (_, data)) in enumerate(topics.items()):
-        out += message(b"A", struct.pack("<BH", 0, msg_id) + name.encode())
+    logged = [(name, 0, data) for name, (_, data) in topics.items()]
+    logged += [(name, multi_id, data) for (name, multi_id), data in (instances or {}).items()]
+    for msg_id, (name, multi_id, data) in enumerate(logged):
+        out += message(b"A", struct.pack("<BH", multi_id, msg_id) + name.encode())
         rows += [(int(row[0]), msg_id, name, row) for row in data]
     rows.sort(key=lambda r: (r[0], r[1]))
     for _, msg_id, name, row in rows:
@@ -625,9 +636,11 @@ def _px4_log(
     with_thrust_topic: bool = True,
     status: dict | None = None,
     curve: ThrustCurve | None = None,
+    stalled: dict[str, int] | None = None,
 ) -> Path:
     """The flight as PX4 would log it: NED/FRD, microseconds since boot, thrust normalised
-    through ``curve`` (default: the vehicle's, linear)."""
+    through ``curve`` (default: the vehicle's, linear). ``stalled`` topics (name -> rows) are
+    logged twice: instance 0 stops after that many rows, instance 1 holds them all."""
     curve = curve or ThrustCurve.of(VEHICLE)
     boot_ns = T0_NS - 60 * 1_000_000_000  # the autopilot booted a minute before the flight
     log_us = (flight.log_ns - boot_ns) // 1000
@@ -665,7 +678,12 @@ def _px4_log(
             ["uint64_t timestamp", "float[3] xyz"],
             np.column_stack([cmd_us, zeros, zeros, thrust_z]),
         )
-    return write_ulog(path, topics)
+    instances = {}
+    for name, rows in (stalled or {}).items():
+        fields, data = topics[name]
+        topics[name] = (fields, data[:rows])
+        instances[(name, 1)] = data
+    return write_ulog(path, topics, instances)
 
 
 def test_px4_ulog_matches_the_truth(flight, tmp_path):
@@ -872,6 +890,147 @@ def test_px4_ulog_keeps_flight_only_and_splits_at_mode_changes(flight, tmp_path,
     after = np.searchsorted(stamps, at_us[2] * 1000)
     assert stamps[after] - stamps[after - 1] > 1.5 * TICK_NS
     assert "not_flying: 150" in capsys.readouterr().out
+
+
+def test_px4_ulog_reads_the_instance_that_holds_the_flight(flight, tmp_path, capsys):
+    """Instance 0 of the position topic stops after half a second (a stalled estimator),
+    instance 1 holds the flight: instance 1 is read and the report says so; an instance can be
+    chosen, and one the log lacks is refused naming the file."""
+    log = _px4_log(tmp_path / "two.ulg", flight, stalled={"vehicle_local_position": 50})
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "note: vehicle_local_position: instance 1 read (instance 0 holds under 50%" in printed
+    assert f"samples per instance 0: 50, 1: {len(flight.log_ns)}" in printed
+    records = read_transitions(out / "two")
+    records.stamp_ns += T0_NS - 60 * 1_000_000_000
+    assert len(records) == 399
+    _assert_states_match(records, flight)
+    chosen = ["--ulog-instance", "vehicle_local_position=0", "--min-segment-s", "0.2"]
+    argv = ["import", str(log), "--vehicle", "agile", "--out", str(tmp_path / "zero"), *chosen]
+    assert vnd_main(argv) == 0
+    assert "instance 0 read (chosen with --ulog-instance" in capsys.readouterr().out
+    assert len(read_transitions(tmp_path / "zero" / "two")) < 30  # half a second of odometry
+    argv = ["import", str(log), "--vehicle", "agile", "--out", str(tmp_path / "three")]
+    assert vnd_main([*argv, "--ulog-instance", "vehicle_local_position=3"]) == 1
+    assert "two.ulg: vehicle_local_position has no instance 3 (has [0, 1])" in (
+        capsys.readouterr().out
+    )
+    assert vnd_main([*argv, "--ulog-instance", "vehicle_local_position"]) == 2
+
+
+def _phase_cells(flight: Flight) -> dict[str, list[str]]:
+    """armed / mode cells of the 100 Hz rows, written only when they change: disarmed for the
+    first second, then position mode until 4 s, then offboard."""
+    t_s = (flight.log_ns - flight.log_ns[0]) / 1e9
+    armed = np.where(t_s < 1.0, "0", "1")
+    mode = np.where(t_s < 4.0 - 1e-9, "POSCTL", "OFFBOARD")
+    return {"armed": _changes_only(list(armed)), "mode": _changes_only(list(mode))}
+
+
+def _changes_only(cells: list[str]) -> list[str]:
+    """``cells`` with a value only where it differs from the row above (empty cells hold it)."""
+    return [c if i == 0 or c != cells[i - 1] else "" for i, c in enumerate(cells)]
+
+
+def test_csv_armed_and_mode_columns_keep_flight_only_and_split_at_mode_changes(flight, tmp_path):
+    cells = _phase_cells(flight)
+    log = write_csv_log(
+        tmp_path / "modes.csv", flight.log_ns, flight.log_state, flight.log_command, extra=cells
+    )
+    out = tmp_path / "bags"
+    assert vnd_main(["import", str(log), "--vehicle", "agile", "--out", str(out)]) == 0
+    report = json.loads((out / "modes.import.json").read_text())
+    assert report["odometry"]["counts"]["not_flying"] == 100  # the first second of rows
+    assert report["odometry"]["counts"]["phase_change"] == 1
+    assert len(report["segments"]) == 2
+    assert any("POSCTL, OFFBOARD" in note for note in report["notes"])
+    records = read_transitions(out / "modes")
+    assert records.stamp_ns[0] >= flight.log_ns[100]
+    after = np.searchsorted(records.stamp_ns, flight.log_ns[0] + 4_000_000_000)
+    assert records.stamp_ns[after] - records.stamp_ns[after - 1] > 1.5 * TICK_NS
+    _assert_matches_truth(records, flight)
+    # the same columns under other names, through a mapping file
+    renamed = write_csv_log(
+        tmp_path / "renamed.csv",
+        flight.log_ns,
+        flight.log_state,
+        flight.log_command,
+        extra={"is_armed": cells["armed"], "flight_mode": cells["mode"]},
+    )
+    mapping = tmp_path / "mapping.yaml"
+    mapping.write_text("columns: {armed: is_armed, mode: flight_mode}\n")
+    argv = ["import", str(renamed), "--vehicle", "agile", "--out", str(out), "--mapping"]
+    assert vnd_main([*argv, str(mapping)]) == 0
+    assert json.loads((out / "renamed.import.json").read_text())["segments"] == report["segments"]
+    bad = cells["armed"].copy()
+    bad[300] = "maybe"
+    broken = write_csv_log(
+        tmp_path / "bad.csv",
+        flight.log_ns,
+        flight.log_state,
+        flight.log_command,
+        extra={"armed": bad},
+    )
+    with pytest.raises(CsvLogError, match=r"bad.csv:302: column 'armed': 'maybe' is not 0/1"):
+        read_csv_log(broken, VEHICLE)
+
+
+def _status_messages(flight: Flight, msgtype: str, store) -> list[tuple[int, object]]:
+    """Status messages at the changes of :func:`_phase_cells` (and once a second between)."""
+    t_s = (flight.log_ns - flight.log_ns[0]) / 1e9
+    messages = []
+    for stamp, t in zip(flight.log_ns[::50], t_s[::50], strict=True):
+        armed, offboard = t >= 1.0, t >= 4.0 - 1e-9
+        if msgtype == "mavros_msgs/msg/State":
+            sec, nanosec = divmod(int(stamp), 1_000_000_000)
+            header = store.types["std_msgs/msg/Header"](
+                stamp=store.types["builtin_interfaces/msg/Time"](sec=sec, nanosec=nanosec),
+                frame_id="",
+            )
+            msg = store.types[msgtype](
+                header=header,
+                connected=True,
+                armed=armed,
+                guided=offboard,
+                manual_input=False,
+                mode="OFFBOARD" if offboard else "POSCTL",
+                system_status=4,
+            )
+        else:
+            msg = store.types[msgtype](
+                timestamp=np.uint64(stamp // 1000),
+                arming_state=2 if armed else 1,
+                nav_state=14 if offboard else 2,
+            )
+        messages.append((int(stamp), msg))
+    return messages
+
+
+# a subset of px4_msgs/msg/VehicleStatus: bags carry the definition of the PX4 version flown
+_PX4_STATUS = "uint64 timestamp\nuint8 arming_state\nuint8 nav_state\n"
+
+
+@pytest.mark.parametrize("status_type", ["mavros_msgs/msg/State", "px4_msgs/msg/VehicleStatus"])
+def test_rosbag2_status_topics_keep_flight_only_and_split_at_mode_changes(
+    flight, tmp_path, status_type
+):
+    store = log_typestore()
+    if status_type.startswith("px4_msgs"):
+        store.register(get_types_from_msg(_PX4_STATUS, status_type))
+    status = ("/status", status_type, _status_messages(flight, status_type, store))
+    bag = _write_rosbag2(
+        tmp_path / "modes", flight, StoragePlugin.MCAP, ODOMETRY, CTBR, status=status, store=store
+    )
+    streams = read_rosbag2_log(bag, VEHICLE)
+    records, report = resample(streams, VEHICLE)
+    # odometry rows of the first second (the status says disarmed) are not flight
+    assert report.odometry.counts["not_flying"] == 100
+    assert report.odometry.counts["phase_change"] == 1 and len(report.segments) == 2
+    assert "/status" in report.source and any("/status" in note for note in report.notes)
+    after = np.searchsorted(records.stamp_ns, flight.log_ns[0] + 4_000_000_000)
+    assert records.stamp_ns[after] - records.stamp_ns[after - 1] > 1.5 * TICK_NS
+    _assert_matches_truth(records, flight)
 
 
 def test_a_truncated_rosbag2_file_is_refused_naming_it(flight, tmp_path, capsys):
