@@ -59,6 +59,7 @@ def test_load_by_path(tmp_path, agile_data):
         ({"mass_kg": -0.5}, "mass_kg", "must be > 0"),
         ({"inertia_kgm2": [0.1, 0.0, 0.1]}, "inertia_kgm2", "must be > 0"),
         ({"thrust_max_n": 5.0}, "thrust_max_n", "hover thrust"),
+        ({"thrust_model_factor": 1.5}, "thrust_model_factor", "must be in [0, 1]"),
         ({"name": 3}, "name", "expected a string"),
     ],
 )
@@ -86,3 +87,10 @@ def test_invalid_yaml_names_the_file(tmp_path):
     path.write_text("mass_kg: [1, 2\n")
     with pytest.raises(ConfigError, match=r"bad\.yaml: invalid YAML"):
         load_vehicle(path)
+
+
+def test_thrust_model_factor_is_optional_and_linear_by_default(tmp_path, agile_data):
+    assert "thrust_model_factor" not in agile_data
+    assert load_vehicle("agile").thrust_model_factor == 0.0
+    curved = load_vehicle(_write(tmp_path, {**agile_data, "thrust_model_factor": 0.4}, "c.yaml"))
+    assert curved.thrust_model_factor == 0.4
