@@ -159,6 +159,8 @@ def read_csv_log(
         thrust_n = curve.thrust_n(thrust_n)
     phase, notes = _flight_phase(path, header, rows, mapping)
     substitutions = []
+    if phase is None:
+        substitutions.append("flight phase: every row counts as flight (no armed or mode column)")
     if has_rates:
         rates = np.stack([table[n] for n in RATE_COLUMNS], axis=1)
     else:
