@@ -216,7 +216,7 @@ def fit_vehicle(
         )
     newtons = [f.source or f"bag {i}" for i, f in enumerate(flights) if f.normalised is None]
     k0 = base.thrust_model_factor
-    # per lag: specific force, thrust regressor (newtons, or u), rate change and drive
+    # per lag: the specific force, the thrust terms through the motor lag, the drag terms
     decay = float(np.exp(-period_s / base.motor_time_constant_s))
     per_lag = []
     for lag in range(max_lag + 1):
@@ -270,8 +270,10 @@ def fit_vehicle(
                     f"percentile; a span of {config.min_thrust_span:g} is needed: fly climbs and "
                     "descents)"
                 )
-            else:
+            elif not determined:
                 why = f"the fitted factor {fitted:.3f} +- {factor_error:.3f} is not determined"
+            else:
+                why = f"the fitted factor {fitted:.3f} +- {factor_error:.3f} is outside [0, 1]"
             note = (
                 f"NOT identified: {why}; kept from the base vehicle (thrust_model_factor {k0:g}),"
                 " the mass fitted through it"
