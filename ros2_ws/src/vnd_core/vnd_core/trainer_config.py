@@ -17,6 +17,23 @@ ZSampler = Callable[[int, torch.Generator], torch.Tensor]
 Progress = Callable[[int, int, dict], None]
 
 
+# step(state (B, 13), action (B, 4)) -> next state (B, 13), under latents bound beforehand
+Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class LatentBoundDynamics:
+    """A :data:`Dynamics` that computes what depends on z alone once per window:
+    ``bind_latent(z)`` returns the step under those latents (the trainer binds an episode's z
+    once per window, z being fixed through an episode)."""
+
+    def __init__(self, bind_latent: Callable[[torch.Tensor], Step]) -> None:
+        self.bind_latent = bind_latent
+
+    def __call__(self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """Next state (B, 13) under ``z`` (bound for this call only)."""
+        return self.bind_latent(z)(state, action)
+
+
 @dataclass(frozen=True)
 class TrainerConfig:
     """Hyper-parameters of the differentiable-simulation trainer."""

@@ -88,7 +88,8 @@ class PackRun:
 
     def __init__(self, source: Source, layout: Layout) -> None:
         self.source, self.layout = source, layout
-        self.format, self.arguments = "", []
+        self.format = ""  # struct codes of the fields gathered so far
+        self.arguments: list[str] = []  # source expressions of their values
 
     def add(self, code: str, value: str, alignment: int | None = None) -> None:
         alignment = alignment or struct.calcsize(code)

@@ -26,6 +26,7 @@ from typing import Any
 
 from cyclonedds.idl import IdlMeta, IdlStruct
 from cyclonedds.idl import types as idl_types
+from rosbags.interfaces.typing import Typesdict
 from rosbags.typesys.base import Nodetype
 
 from vnd_ros._cdr import CodecFactory
@@ -33,8 +34,12 @@ from vnd_ros.cyclone_compat import (
     LITTLE_ENDIAN,
     ByteArrayMachine,
     BytesMachine,
+    Machine,
     PlainCdrV2SequenceOfPrimitiveMachine,
+    idl_array,
+    idl_bounded_str,
     idl_deserialize,
+    idl_sequence,
     replace_member_machines,
     struct_namespace,
 )
@@ -73,7 +78,8 @@ PRIMITIVE_DEFAULTS: dict[str, Any] = {
 # classes honour them, so the generated classes do too.
 DECLARED_DEFAULTS: dict[str, dict[str, Any]] = {"geometry_msgs/msg/Quaternion": {"w": 1.0}}
 
-FieldDefs = dict[str, tuple[list[tuple[str, str, Any]], list[tuple[str, tuple[Any, Any]]]]]
+# rosbags field definitions: type name -> (constants, fields)
+FieldDefs = Typesdict
 
 
 class IdlClassFactory:
@@ -88,14 +94,14 @@ class IdlClassFactory:
     def __init__(self, fielddefs: FieldDefs, module: str) -> None:
         self._fielddefs = fielddefs
         self._module = module
-        self._classes: dict[str, type] = {}
+        self._classes: dict[str, type[IdlStruct]] = {}
         self._lock = threading.RLock()
         self._codecs = CodecFactory(fielddefs, self.get)
 
     def __contains__(self, msgtype: str) -> bool:
         return msgtype in self._fielddefs
 
-    def get(self, msgtype: str) -> type:
+    def get(self, msgtype: str) -> type[IdlStruct]:
         """The generated class of ``msgtype`` (``pkg/msg/Name``); KeyError when unknown."""
         cls = self._classes.get(msgtype)
         if cls is not None:
@@ -105,7 +111,7 @@ class IdlClassFactory:
                 self._classes[msgtype] = self._build(msgtype)
             return self._classes[msgtype]
 
-    def _build(self, msgtype: str) -> type:
+    def _build(self, msgtype: str) -> type[IdlStruct]:
         constants, fields = self._fielddefs[msgtype]
         # Final extensibility keeps XCDR1 (an appendable/mutable struct would switch to XCDR2).
         namespace = struct_namespace(msgtype.rsplit("/", 1)[1], dds_type_name(msgtype))
@@ -121,10 +127,16 @@ class IdlClassFactory:
         namespace["__msgtype__"] = msgtype
         namespace["__module__"] = self._module
         namespace["__qualname__"] = msgtype.rsplit("/", 1)[1]
-        cls = dataclasses.dataclass(IdlMeta(namespace["__qualname__"], (IdlStruct,), namespace))
+        codec = _Codec()
+        namespace.update(codec.methods())
+        built = IdlMeta(namespace["__qualname__"], (IdlStruct,), namespace)
+        if not issubclass(built, IdlStruct):  # what IdlMeta makes of an IdlStruct base
+            raise TypeError(f"{msgtype}: IdlMeta built no IdlStruct class")
+        cls = dataclasses.dataclass(built)
         _adapt_machines(cls, fields)
         self._classes[msgtype] = cls  # the decoder refers to the class itself
-        _install_codec(cls, self._codecs.encoder(msgtype), self._codecs.decoder(msgtype))
+        codec.encode = self._codecs.encoder(msgtype)
+        codec.decode = self._codecs.decoder(msgtype)
         return cls
 
     def _field(self, msgtype: str, field_name: str, fielddesc: tuple) -> tuple[Any, Callable]:
@@ -141,33 +153,42 @@ class IdlClassFactory:
                 return _primitive_collection(msgtype, field_name, element_detail, kind, count)
             nested = self.get(element_detail)
             if kind == Nodetype.ARRAY:
-                return idl_types.array[nested, count], lambda: [nested() for _ in range(count)]
-            annotation = idl_types.sequence[nested, count] if count else idl_types.sequence[nested]
-            return annotation, list
+                return idl_array(nested, count), lambda: [nested() for _ in range(count)]
+            return idl_sequence(nested, count), list
         raise TypeError(f"{msgtype}.{field_name}: unsupported field kind {kind!r}")
 
 
-def _install_codec(cls: type, encode: Callable, decode: Callable) -> None:
-    """Route IdlStruct.serialize/deserialize (what DataWriter.write and DataReader.take call)
-    through the compiled codec for little-endian XCDR1; anything else (a big-endian peer,
-    XCDR2, a caller's buffer) keeps cyclonedds' own machinery."""
+class _Codec:
+    """The compiled codec of one generated class, routed through IdlStruct.serialize and
+    deserialize (what DataWriter.write and DataReader.take call) for little-endian XCDR1;
+    anything else (a big-endian peer, XCDR2, a caller's buffer) keeps cyclonedds' own
+    machinery. The class exists before its codec: ``encode`` and ``decode`` are set after."""
 
-    def serialize(
-        self: Any, buffer: Any = None, endianness: Any = None, use_version_2: bool | None = None
-    ) -> bytes:
-        if buffer is None and not use_version_2 and endianness in (None, LITTLE_ENDIAN):
-            return encode(self)
-        return IdlStruct.serialize(self, buffer, endianness, use_version_2)
+    encode: Callable[[Any], bytes]  # message -> CDR with header
+    decode: Callable[[Any], Any]  # CDR with header -> message
 
-    def deserialize(
-        klass: type, data: Any, has_header: bool = True, use_version_2: bool | None = None
-    ) -> Any:
-        if has_header and use_version_2 is None and bytes(data[:2]) == CDR_LE_PREFIX:
-            return decode(data)
-        return idl_deserialize(klass, data, has_header=has_header, use_version_2=use_version_2)
+    def methods(self) -> dict[str, Any]:
+        """``serialize`` and ``deserialize`` for the namespace of the generated class."""
+        codec = self
 
-    cls.serialize = serialize
-    cls.deserialize = classmethod(deserialize)
+        def serialize(
+            self: Any, buffer: Any = None, endianness: Any = None, use_version_2: bool | None = None
+        ) -> bytes:
+            if buffer is None and not use_version_2 and endianness in (None, LITTLE_ENDIAN):
+                return codec.encode(self)
+            return IdlStruct.serialize(self, buffer, endianness, use_version_2)
+
+        def deserialize(
+            klass: type[IdlStruct],
+            data: Any,
+            has_header: bool = True,
+            use_version_2: bool | None = None,
+        ) -> Any:
+            if has_header and use_version_2 is None and bytes(data[:2]) == CDR_LE_PREFIX:
+                return codec.decode(data)
+            return idl_deserialize(klass, data, has_header=has_header, use_version_2=use_version_2)
+
+        return {"serialize": serialize, "deserialize": classmethod(deserialize)}
 
 
 def _byte_collection(fielddesc: tuple) -> tuple[Nodetype, int] | None:
@@ -228,7 +249,7 @@ def _primitive_sequence(fielddesc: tuple) -> str | None:
     return base if base in PRIMITIVE_ANNOTATIONS and base not in BYTE_TYPES else None
 
 
-def _adapt_machines(cls: type, fields: list[tuple[str, tuple]]) -> None:
+def _adapt_machines(cls: type[IdlStruct], fields: list[tuple[str, tuple]]) -> None:
     """Let uint8[] and uint8[N] fields carry ``bytes``: the adaptation cyclonedds-python needs;
     and let primitive sequences take numpy arrays.
 
@@ -238,7 +259,7 @@ def _adapt_machines(cls: type, fields: list[tuple[str, tuple]]) -> None:
     byte (about 150 ms per MB). Swapping in byte machines after the machines are built writes
     the same CDR (uint32 length, raw bytes) with one block copy and reads back ``bytes``.
     """
-    swaps = {}
+    swaps: dict[str, Machine] = {}
     for name, fielddesc in fields:
         collection = _byte_collection(fielddesc)
         if collection is not None:
@@ -261,7 +282,7 @@ def _base_field(msgtype: str, field_name: str, detail: tuple[str, int]) -> tuple
     """Annotation and default of a scalar field (primitive or string)."""
     base, bound = detail
     if base == "string":
-        return (idl_types.bounded_str[bound] if bound else str), str
+        return (idl_bounded_str(bound) if bound else str), str
     if base in PRIMITIVE_ANNOTATIONS:
         return PRIMITIVE_ANNOTATIONS[base], _constant(PRIMITIVE_DEFAULTS[base])
     raise TypeError(f"{msgtype}.{field_name}: type {base!r} is not supported (avoid wstring)")
@@ -277,15 +298,10 @@ def _primitive_collection(
         # bytes: cyclonedds writes a sequence<octet> as one block; a fixed array[uint8, N]
         # likewise reads back as bytes.
         if kind == Nodetype.ARRAY:
-            return idl_types.array[idl_types.uint8, count], lambda: bytes(count)
-        annotation = (
-            idl_types.sequence[idl_types.uint8, count]
-            if count
-            else idl_types.sequence[idl_types.uint8]
-        )
-        return annotation, bytes  # the machine is swapped by _adapt_machines
+            return idl_array(idl_types.uint8, count), lambda: bytes(count)
+        return idl_sequence(idl_types.uint8, count), bytes  # machine swapped by _adapt_machines
     if base == "string":
-        element_annotation: Any = idl_types.bounded_str[bound] if bound else str
+        element_annotation: Any = idl_bounded_str(bound) if bound else str
         default: Any = ""
     elif base in PRIMITIVE_ANNOTATIONS:
         element_annotation = PRIMITIVE_ANNOTATIONS[base]
@@ -293,7 +309,5 @@ def _primitive_collection(
     else:
         raise TypeError(f"{msgtype}.{field_name}: element type {base!r} is not supported")
     if kind == Nodetype.ARRAY:
-        return idl_types.array[element_annotation, count], lambda: [default] * count
-    if count:
-        return idl_types.sequence[element_annotation, count], list
-    return idl_types.sequence[element_annotation], list
+        return idl_array(element_annotation, count), lambda: [default] * count
+    return idl_sequence(element_annotation, count), list

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rosbags.interfaces import Qos, QosDurability, QosHistory, QosLiveliness, QosReliability
 from rosbags.interfaces import QosTime as RosbagsQosTime
@@ -45,7 +45,7 @@ from vnd_ros import messages, runtime
 from vnd_ros.bag_read import BagError, _absolute
 from vnd_ros.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
-BAG_FORMAT_VERSION = 9  # rosbag2 metadata version written (Jazzy reads 9, Humble reads <= 9)
+BAG_FORMAT_VERSION: Final = 9  # rosbag2 metadata version written (Jazzy reads 9, Humble reads <= 9)
 STORAGES = {"mcap": StoragePlugin.MCAP, "sqlite3": StoragePlugin.SQLITE3}
 RECORD_DEPTH = 1000  # reader history per topic: absorbs bursts between executor passes
 PLAY_DEPTH = 1000  # writer history per topic when the bag stores no QoS for it
@@ -194,11 +194,7 @@ class CliNode:
 
 
 def _new_executor() -> Any:
-    if runtime.BACKEND == "rclpy":
-        from rclpy.executors import SingleThreadedExecutor
-    else:
-        from vnd_ros.dds_node import SingleThreadedExecutor
-    return SingleThreadedExecutor()
+    return runtime.SingleThreadedExecutor()  # the backend's own
 
 
 # ---------------------------------------------------------------- recording

@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rosbags.interfaces import ConnectionExtRosbag2
+
 from vnd_ros import messages, runtime
 from vnd_ros.bag import PLAY_DEPTH, CliNode, _flush, _profile_from_rosbags
 from vnd_ros.bag_read import BagError, _absolute, _open_reader, bag_info, read_messages
@@ -65,7 +67,8 @@ def _stored_qos(path: str | Path) -> dict[str, QoSProfile]:
         return {
             connection.topic: _profile_from_rosbags(connection.ext.offered_qos_profiles[0])
             for connection in reader.connections
-            if getattr(connection.ext, "offered_qos_profiles", None)
+            if isinstance(connection.ext, ConnectionExtRosbag2)
+            and connection.ext.offered_qos_profiles
         }
     finally:
         reader.close()

@@ -50,10 +50,13 @@ from typing import Any
 from cyclonedds._clayer import ddspy_take, ddspy_write
 from cyclonedds.core import Entity
 from cyclonedds.idl import IdlMeta, IdlStruct
+from cyclonedds.idl import types as idl_types
 from cyclonedds.idl._machinery import (
     ByteArrayMachine,
     BytesMachine,
+    Machine,
     PlainCdrV2SequenceOfPrimitiveMachine,
+    StructMachine,
 )
 from cyclonedds.idl._support import Endianness
 
@@ -62,11 +65,15 @@ __all__ = [
     "ByteArrayMachine",
     "BytesMachine",
     "Endianness",
+    "Machine",
     "PlainCdrV2SequenceOfPrimitiveMachine",
     "delete_entity",
     "entity_is_live",
     "forget_entity",
+    "idl_array",
+    "idl_bounded_str",
     "idl_deserialize",
+    "idl_sequence",
     "replace_member_machines",
     "struct_namespace",
     "take_cdr",
@@ -112,21 +119,49 @@ def struct_namespace(name: str, typename: str) -> dict[str, Any]:
     ``typename``; fill ``__annotations__`` and the field defaults, then build the class with
     ``IdlMeta(name, (IdlStruct,), namespace)``."""
     namespace = IdlMeta.__prepare__(name, (IdlStruct,), typename=typename)
+    if not isinstance(namespace, dict):  # typed as a Mapping; the class body needs a dict
+        raise TypeError(f"IdlMeta.__prepare__ returned a {type(namespace).__name__}, not a dict")
     namespace["__idl_annotations__"]["extensibility"] = "final"
     return namespace
 
 
-def replace_member_machines(cls: type, machines: Mapping[str, Any]) -> None:
+def replace_member_machines(cls: type[IdlStruct], machines: Mapping[str, Machine]) -> None:
     """Serialize the fields named in ``machines`` with those machine objects (both the XCDR1
     and the XCDR2 codec of the IdlStruct class ``cls``)."""
     cls.__idl__.populate()
     for machine in (cls.__idl__.v1_machine, cls.__idl__.v2_machine):
+        if not isinstance(machine, StructMachine):  # what an IdlStruct class is coded with
+            raise TypeError(f"{cls.__name__} is coded by a {type(machine).__name__}")
         machine.members_machines.update(machines)
 
 
 def idl_deserialize(
-    cls: type, data: Any, has_header: bool = True, use_version_2: bool | None = None
+    cls: type[IdlStruct], data: Any, has_header: bool = True, use_version_2: bool | None = None
 ) -> Any:
     """Decode ``data`` with cyclonedds' interpreted codec of ``cls`` (any byte order, XCDR1 or
     XCDR2), bypassing an overridden ``cls.deserialize``."""
+    if use_version_2 is None:  # the codec's own choice (the header's version when present)
+        return cls.__idl__.deserialize(data, has_header=has_header)
     return cls.__idl__.deserialize(data, has_header=has_header, use_version_2=use_version_2)
+
+
+# cyclonedds builds field annotations by subscripting its annotation classes at run time
+# (``array[T, N]``); their type information does not declare that, so they are used untyped.
+_ANNOTATIONS: Any = idl_types
+
+
+def idl_array(element: Any, length: int) -> Any:
+    """The annotation ``array[element, length]`` (a fixed-length array field)."""
+    return _ANNOTATIONS.array[element, length]
+
+
+def idl_sequence(element: Any, bound: int = 0) -> Any:
+    """The annotation ``sequence[element]`` (``sequence[element, bound]`` with a bound)."""
+    if bound:
+        return _ANNOTATIONS.sequence[element, bound]
+    return _ANNOTATIONS.sequence[element]
+
+
+def idl_bounded_str(bound: int) -> Any:
+    """The annotation ``bounded_str[bound]`` (a string of at most ``bound`` characters)."""
+    return _ANNOTATIONS.bounded_str[bound]

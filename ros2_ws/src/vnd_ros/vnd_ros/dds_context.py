@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from cyclonedds.core import GuardCondition
 from cyclonedds.domain import DomainParticipant
+from cyclonedds.idl import IdlStruct
 from cyclonedds.qos import Policy, Qos
 from cyclonedds.topic import Topic
 
@@ -107,7 +108,7 @@ class Context:
             self.graph = None
             self._topics.clear()
 
-    def topic(self, dds_name: str, msg_type: type) -> Topic:
+    def topic(self, dds_name: str, msg_type: type[IdlStruct]) -> Topic:
         """The (cached) DDS topic ``dds_name`` of ``msg_type``."""
         key = (dds_name, msg_type.__idl_typename__)
         with self._lock:
@@ -119,6 +120,11 @@ class Context:
         if self.participant is None:
             raise NotInitializedError("call init() before creating nodes or entities")
         return self.participant
+
+    def _guard(self) -> GuardCondition:
+        if self.guard is None:
+            raise NotInitializedError("call init() before spinning an executor")
+        return self.guard
 
     def graph_changed(self) -> None:
         """Republish ros_discovery_info after an entity was created or destroyed."""

@@ -18,6 +18,7 @@ from cyclonedds.core import (
     SampleState,
     ViewState,
 )
+from cyclonedds.idl import IdlStruct
 from cyclonedds.pub import DataWriter
 from cyclonedds.qos import Policy, Qos
 from cyclonedds.sub import DataReader
@@ -63,7 +64,7 @@ class Publisher:
     def __init__(
         self,
         node: EndpointOwner,
-        msg_type: type,
+        msg_type: type[IdlStruct],
         topic_name: str,
         qos: Any,
         extra_qos: Qos | None = None,
@@ -119,7 +120,7 @@ class Subscription:
     def __init__(
         self,
         node: EndpointOwner,
-        msg_type: type,
+        msg_type: type[IdlStruct],
         topic_name: str,
         callback: Callable,
         qos: Any,
@@ -221,7 +222,7 @@ class Timer:
         self._node.destroy_timer(self)
 
 
-def _endpoint_qos(msg_type: type, qos: Any) -> Qos:
+def _endpoint_qos(msg_type: type[IdlStruct], qos: Any) -> Qos:
     """Cyclone QoS of a profile (or a depth) plus the Jazzy ``typehash=`` user data."""
     from vnd_ros import messages
     from vnd_ros.qos import to_cyclone_qos
@@ -229,7 +230,7 @@ def _endpoint_qos(msg_type: type, qos: Any) -> Qos:
     cyclone_qos = to_cyclone_qos(qos)
     if ros_distro() == "humble":  # Humble's rmw does not announce type hashes
         return cyclone_qos
-    type_hash = messages.type_hash(msg_type.__msgtype__)
+    type_hash = messages.type_hash(messages.message_type_name(msg_type))
     return cyclone_qos + Qos(Policy.Userdata(f"typehash={type_hash};".encode()))
 
 

@@ -116,7 +116,7 @@ class SingleThreadedExecutor:
         else:  # its participant is gone and took the WaitSet with it
             forget_entity(self._waitset)
         waitset = WaitSet(participant)
-        waitset.attach(self.context.guard)
+        waitset.attach(self.context._guard())
         for node in self._nodes:
             for sub in node.subscriptions:
                 waitset.attach(sub.condition)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,11 @@ def deserialize(name_or_cls: str | type, data: bytes | bytearray | memoryview) -
             f"{message_type_name(cls)}: data does not start with a classic CDR header "
             f"(got {bytes(data[:4]).hex()})"
         )
-    if hasattr(cls, "__idl__"):
-        return cls.deserialize(data)
+    if "cyclonedds.idl" in sys.modules:  # the dds backend: its classes are IdlStructs
+        from cyclonedds.idl import IdlStruct
+
+        if isinstance(cls, type) and issubclass(cls, IdlStruct):
+            return cls.deserialize(bytes(data))  # no copy of bytes
     from rclpy.serialization import deserialize_message
 
     return deserialize_message(bytes(data), cls)

@@ -31,12 +31,15 @@ import tokenize
 import types
 import typing
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vnd_ros.parameter import ParameterType
 from vnd_ros.runtime import BACKEND, Parameter, ParameterDescriptor, node_parameter_overrides
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")  # a parameter config: a frozen dataclass
 
 # Parameters every node may receive without declaring them in its config.
 _IMPLICIT_PARAMETERS = frozenset({"use_sim_time", "start_type_description_service"})
@@ -132,7 +135,8 @@ def parameter_names(config_cls: type, namespace: str = "") -> frozenset[str]:
 def _specs(config_cls: type, prefix: str, defaults: Any = None) -> list[_Spec]:
     if not dataclasses.is_dataclass(config_cls):
         raise TypeError(f"{config_cls!r} is not a dataclass")
-    if not config_cls.__dataclass_params__.frozen:
+    params = getattr(config_cls, "__dataclass_params__", None)  # set by @dataclass
+    if params is None or not params.frozen:
         raise TypeError(f"{config_cls.__name__} must be a frozen dataclass (frozen=True)")
     hints = typing.get_type_hints(config_cls)
     comments = _field_comments(config_cls)
@@ -144,9 +148,11 @@ def _specs(config_cls: type, prefix: str, defaults: Any = None) -> list[_Spec]:
             default = getattr(defaults, f.name)
         elif f.default is not dataclasses.MISSING:
             default = f.default
-        else:
+        elif f.default_factory is not dataclasses.MISSING:
             default = f.default_factory()
-        if dataclasses.is_dataclass(hint):
+        else:  # a parameter is declared with its default
+            raise TypeError(f"{config_cls.__name__}.{f.name}: no default value")
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             specs.extend(_specs(hint, name + ".", default))
             continue
         description = f.metadata.get("description") or comments.get(f.name)

@@ -263,9 +263,10 @@ def _check_value(value: Any, source: str) -> Any:
     if isinstance(value, list):
         if not value:
             return value
-        kinds = {_kind(v) for v in value}
-        if None in kinds:
+        found = [_kind(v) for v in value]
+        if None in found:
             raise RosArgsError(f"{source}: list items must be bool, int, float or string")
+        kinds = {k for k in found if k is not None}
         if kinds == {"int", "float"}:
             return [float(v) for v in value]
         if len(kinds) > 1:

@@ -26,12 +26,9 @@ nodes' single-threaded assumptions (no callback during a tick) hold on either.
 from __future__ import annotations
 
 import faulthandler
-import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from vnd_ros.backend import BackendUnavailableError, backend_name
 from vnd_ros.log import get_logger
@@ -43,89 +40,10 @@ except BackendUnavailableError as _error:  # one line, not a traceback, for a no
     raise SystemExit(f"[FATAL] cannot start: {_error}") from None
 
 _recorded_args: list[str] = []
-RCLPY_EXECUTORS = ("events", "single")  # VND_RCLPY_EXECUTOR values
-# Longest spin_once wait of a node process on rclpy: a stop signal is seen within it.
-SPIN_WAKE_S = 0.2
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # end a node process's spin
 
-if BACKEND == "rclpy":  # pragma: no cover - needs a ROS 2 install
-    import rclpy
-    from rcl_interfaces.msg import ParameterDescriptor
-    from rclpy import ok, shutdown, spin, spin_once, try_shutdown
-    from rclpy.exceptions import (
-        InvalidParameterTypeException,
-        ParameterAlreadyDeclaredException,
-        ParameterNotDeclaredException,
-    )
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-    from rclpy.parameter import Parameter
-
-    from vnd_ros.rclpy_node import Node
-
-    def _executor_choice() -> str:
-        choice = os.environ.get("VND_RCLPY_EXECUTOR", "events").strip().lower()
-        if choice not in RCLPY_EXECUTORS:
-            raise ValueError(
-                f"VND_RCLPY_EXECUTOR={choice!r}: expected one of {', '.join(RCLPY_EXECUTORS)}"
-            )
-        return choice
-
-    def node_executor() -> Any:
-        """The executor a node process spins on (module docstring: VND_RCLPY_EXECUTOR)."""
-        if _executor_choice() == "events":
-            try:
-                from rclpy.experimental import EventsExecutor
-            except ImportError:  # an rclpy older than the EventsExecutor
-                return SingleThreadedExecutor()
-            return EventsExecutor()
-        return SingleThreadedExecutor()
-
-    def _spin_node(node: Any) -> None:
-        # spin_once in a Python loop, not executor.spin(): the EventsExecutor's spin() stays
-        # in C++ and never lets the SIGINT/SIGTERM handlers end it; spin_once returns to
-        # Python, where the stop the handlers ask for ends the loop. The handlers only ask:
-        # rclpy's own shut the context down at once, from a signal, so a callback running or
-        # queued at that moment fails to publish ("publisher's context is invalid", logged
-        # FATAL), and its SIGINT raises KeyboardInterrupt inside the executor's C++ dispatch,
-        # which comes out as a RuntimeError. Here the loop ends between two callbacks, the node
-        # leaves the executor, and only then is the context shut down (spin_until_shutdown).
-        if not node.context.ok():  # a signal came before the spin: nothing to build
-            return
-        executor = node_executor()
-        executor.add_node(node)
-        context = executor.context
-        stop = threading.Event()
-        main = threading.current_thread() is threading.main_thread()  # signals: main only
-        previous = (
-            {sig: signal.signal(sig, lambda _signum, _frame: stop.set()) for sig in STOP_SIGNALS}
-            if main
-            else {}
-        )
-        try:
-            while context.ok() and not stop.is_set():
-                executor.spin_once(timeout_sec=SPIN_WAKE_S)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            executor.remove_node(node)
-            executor.shutdown()
-
-    def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
-        """rclpy.init, remembering ``args`` for :func:`ros_arguments`; exits with one line
-        saying how to build vnd_msgs when rclpy cannot import it, or naming a bad
-        VND_RCLPY_EXECUTOR."""
-        from vnd_ros.messages import UnknownMessageTypeError, rosidl_message
-
-        try:
-            rosidl_message("vnd_msgs/msg/NodeStatus")
-            _executor_choice()
-        except (UnknownMessageTypeError, ValueError) as error:
-            raise SystemExit(f"[FATAL] cannot start: {error}") from None
-        _recorded_args[:] = list(sys.argv if args is None else args)
-        rclpy.init(args=args, **kwargs)
-
-else:
-    from vnd_ros import dds_node as _dds
+# Node code is type-checked against the dds backend's names: the node API both backends provide
+# (test_node_contract.py holds rclpy to it). What each backend adds is checked in its module.
+if TYPE_CHECKING or BACKEND != "rclpy":
     from vnd_ros.dds_node import (
         Node,
         SingleThreadedExecutor,
@@ -142,22 +60,27 @@ else:
         ParameterDescriptor,
         ParameterNotDeclaredException,
     )
+    from vnd_ros.runtime_dds import ExternalShutdownException, node_executor, spin_node, start
+else:  # pragma: no cover - needs a ROS 2 install
+    from rcl_interfaces.msg import ParameterDescriptor
+    from rclpy import ok, shutdown, spin, spin_once, try_shutdown
+    from rclpy.exceptions import (
+        InvalidParameterTypeException,
+        ParameterAlreadyDeclaredException,
+        ParameterNotDeclaredException,
+    )
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.parameter import Parameter
 
-    class ExternalShutdownException(Exception):  # noqa: N818 - rclpy's name
-        """Never raised by the dds backend (spin returns on SIGTERM); exported so node code
-        can catch it the same way on both backends."""
+    from vnd_ros.rclpy_node import Node
+    from vnd_ros.runtime_rclpy import node_executor, spin_node, start
 
-    def node_executor() -> Any:
-        """The executor a node process spins on: the dds backend's own."""
-        return SingleThreadedExecutor()
 
-    def _spin_node(node: Any) -> None:
-        spin(node)
-
-    def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
-        """Start the dds backend with ``args`` (``sys.argv`` when None)."""
-        _recorded_args[:] = list(sys.argv if args is None else args)
-        _dds.init(args=_recorded_args, **kwargs)
+def init(*, args: Sequence[str] | None = None, **kwargs: Any) -> None:
+    """Start the backend (rclpy.init or the dds backend's), remembering ``args`` (``sys.argv``
+    when None) for :func:`ros_arguments`."""
+    _recorded_args[:] = list(sys.argv if args is None else args)
+    start(None if args is None else list(args), _recorded_args, **kwargs)
 
 
 NodeT = TypeVar("NodeT")
@@ -186,6 +109,8 @@ def _enable_faulthandler() -> None:
     """Crash dumps to the process's error stream: ``sys.stderr``, or the original one when it
     was replaced by an object without a file descriptor (a test's capture)."""
     for stream in (sys.stderr, sys.__stderr__):
+        if stream is None:  # no error stream at all (a detached process)
+            continue
         try:
             faulthandler.enable(file=stream, all_threads=True)
             return
@@ -202,7 +127,7 @@ def _exit_on_startup_error(name: str, err: Exception, exit_code: int) -> NoRetur
 def spin_until_shutdown(node: Any) -> None:
     """Spin ``node`` until Ctrl-C or SIGTERM, then destroy it and shut the context down."""
     try:
-        _spin_node(node)
+        spin_node(node)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:

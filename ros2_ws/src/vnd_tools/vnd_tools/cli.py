@@ -8,7 +8,7 @@ never import a middleware.
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import os
 import sys
 

@@ -196,8 +196,18 @@ def phase_results(
         t, e = t_s[inside], err_m[inside]
         rmse = float(np.sqrt(np.mean(np.square(e)))) if len(e) else None
         rec = recovery(t, e, start_s, end_s, reference_period_s)
-        figures = (rec.recovery_s, rec.steady_m, rec.peak_m) if rec else (None, None, None)
-        results.append(PhaseResult(name, start_s, end_s, rmse, *figures, len(e)))
+        results.append(
+            PhaseResult(
+                name=name,
+                start_s=start_s,
+                end_s=end_s,
+                rmse_m=rmse,
+                recovery_s=rec.recovery_s if rec else None,
+                steady_rmse_m=rec.steady_m if rec else None,
+                peak_rmse_m=rec.peak_m if rec else None,
+                samples=len(e),
+            )
+        )
     return results
 
 
@@ -206,15 +216,15 @@ def improvement(phases: Sequence[PhaseResult], name: str) -> dict[str, Any] | No
 
     ``reduction`` = 1 - last / first (0.4 = 40 % lower); None when ``name`` occurs once.
     """
-    same = [p for p in phases if p.name == name and p.rmse_m is not None]
-    if len(same) < 2 or not same[0].rmse_m:
+    same = [(p, p.rmse_m) for p in phases if p.name == name and p.rmse_m is not None]
+    if len(same) < 2 or not same[0][1]:
         return None
-    first, last = same[0], same[-1]
+    (first, first_rmse_m), (last, last_rmse_m) = same[0], same[-1]
     return {
         "phase": name,
-        "first_rmse_m": _round(first.rmse_m, 5),
-        "last_rmse_m": _round(last.rmse_m, 5),
-        "reduction": _round(1.0 - last.rmse_m / first.rmse_m, 4),
+        "first_rmse_m": _round(first_rmse_m, 5),
+        "last_rmse_m": _round(last_rmse_m, 5),
+        "reduction": _round(1.0 - last_rmse_m / first_rmse_m, 4),
         "first_recovery_s": _round(first.recovery_s, 3),
         "last_recovery_s": _round(last.recovery_s, 3),
     }

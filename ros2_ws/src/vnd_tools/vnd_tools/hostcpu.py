@@ -93,14 +93,14 @@ def steal_by_window(
         return None
     total = cpu_times[inside][-1] - cpu_times[inside][0]
     late = np.concatenate([[False], np.diff(tick_wall_s) > 1.5 * period_s])
-    groups = {"quiet": [], "steal": []}
+    groups: dict[str, list[tuple[np.ndarray, float]]] = {"quiet": [], "steal": []}
     for lo in np.arange(start, end, window_s):
         first = np.searchsorted(wall_s, lo, side="right") - 1
         last = np.searchsorted(wall_s, min(lo + window_s, end), side="left")
         if first < 0 or last >= len(wall_s):
             continue
         used = cpu_times[last] - cpu_times[first]
-        share = used[STEAL] / max(int(used.sum()), 1)
+        share = float(used[STEAL] / max(int(used.sum()), 1))
         ticks = (tick_wall_s >= lo) & (tick_wall_s < lo + window_s)
         groups["quiet" if share < LOW_STEAL else "steal"].append((ticks, share))
     split = {name: _group_figures(rows, latency_ms, late) for name, rows in groups.items()}

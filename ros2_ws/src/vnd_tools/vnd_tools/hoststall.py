@@ -126,15 +126,14 @@ class StallProbe:
 def save_stalls(path: Path, probes: list[CpuStalls]) -> None:
     """Write what the probes saw as a numpy archive (no pickle): ``cpus``, ``realtime``,
     ``wakeups``, ``period_s`` (C,) and ``cpu<N>`` (K, 2) wall start / end [s] per CPU."""
-    arrays = {f"cpu{p.cpu}": np.stack([p.start_wall_s, p.end_wall_s], axis=1) for p in probes}
-    np.savez(
-        path,
-        cpus=np.array([p.cpu for p in probes], dtype=np.int64),
-        realtime=np.array([p.realtime for p in probes], dtype=bool),
-        wakeups=np.array([p.wakeups for p in probes], dtype=np.int64),
-        period_s=np.array([p.period_s for p in probes], dtype=float),
-        **arrays,
-    )
+    arrays = {
+        "cpus": np.array([p.cpu for p in probes], dtype=np.int64),
+        "realtime": np.array([p.realtime for p in probes], dtype=bool),
+        "wakeups": np.array([p.wakeups for p in probes], dtype=np.int64),
+        "period_s": np.array([p.period_s for p in probes], dtype=float),
+    }
+    arrays |= {f"cpu{p.cpu}": np.stack([p.start_wall_s, p.end_wall_s], axis=1) for p in probes}
+    np.savez(path, allow_pickle=False, **arrays)
 
 
 def load_stalls(path: Path) -> list[CpuStalls]:

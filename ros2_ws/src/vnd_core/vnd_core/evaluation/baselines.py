@@ -29,7 +29,6 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -134,7 +133,8 @@ def actuator_terms(
     ``efficiency`` (4,) with the centre of mass at ``com_offset_m`` (3,), for an even split of
     thrust over the rotors (hover), relative to the nominal vehicle."""
     nominal = allocation_matrix(vehicle)
-    actual = allocation_matrix(vehicle, tuple(float(c) for c in com_offset_m)) * efficiency
+    offset_m = (float(com_offset_m[0]), float(com_offset_m[1]), float(com_offset_m[2]))
+    actual = allocation_matrix(vehicle, offset_m) * efficiency
     per_rotor = 1.0 / ROTOR_COUNT
     loss = 1.0 - float(efficiency.sum()) * per_rotor
     torque = (actual[1:3] - nominal[1:3]).sum(axis=1) * per_rotor
@@ -255,15 +255,13 @@ def disturbance_dynamics(
     return DisturbedPrior(vehicle)
 
 
-class BlindLatentObservation:
+class BlindLatentObservation(ObservationBuilder):
     """An :class:`ObservationBuilder` that always writes z = 0 into the observation, so a policy
     trained with it never sees the disturbance the trainer's dynamics read from z."""
 
     def __init__(self, builder: ObservationBuilder) -> None:
-        self._builder = builder
-
-    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - any attribute of the builder
-        return getattr(self._builder, name)
+        # the wrapped builder's scales, layout and maps as they are: only build() differs
+        self.__dict__.update(vars(builder))
 
     def build(
         self,
@@ -274,9 +272,7 @@ class BlindLatentObservation:
         z: torch.Tensor,
     ) -> torch.Tensor:
         """Same as :meth:`ObservationBuilder.build` with ``z`` replaced by zeros."""
-        return self._builder.build(
-            state, ref_state, ref_head, prev_actions_norm, torch.zeros_like(z)
-        )
+        return super().build(state, ref_state, ref_head, prev_actions_norm, torch.zeros_like(z))
 
 
 def randomised_trainer(

@@ -155,16 +155,23 @@ class VNDMethod(Method):
         self.learner = ContinualLearner(self.initial.vehicle, config, self.initial)
         return self.initial
 
+    @property
+    def running(self) -> ContinualLearner:
+        """The learner of the current run (made by :meth:`start`)."""
+        if self.learner is None:
+            raise RuntimeError("the VND method has no learner: start() a run first")
+        return self.learner
+
     def ingest(self, records: TickRecords) -> None:
         """Into the learner's replay."""
-        self.learner.ingest(records)
+        self.running.ingest(records)
 
     def should_update(self, now_s: float) -> bool:
         """The learner's own rules: a model update when it wants one (new data and time since
         the last), else a policy improvement round when it may run one."""
-        if self.learner.should_update(now_s):
+        if self.running.should_update(now_s):
             self.due = KIND_MODEL
-        elif self.learner.should_improve():
+        elif self.running.should_improve():
             self.due = KIND_POLICY
         else:
             self.due = None
@@ -173,18 +180,18 @@ class VNDMethod(Method):
     def preempts(self, now_s: float) -> bool:
         """A policy improvement round gives way to a model update, as in flight (where the
         round stops at its next progress point; here its result is withdrawn)."""
-        return self.due == KIND_POLICY and self.learner.should_update(now_s)
+        return self.due == KIND_POLICY and self.running.should_update(now_s)
 
     def abandon(self) -> None:
         """Withdraw the pending round's new version, if it made one."""
-        if self.emitted is not None:
-            self.learner.withdraw_improvement(self.emitted, self.previous)
+        if self.emitted is not None and self.previous is not None:
+            self.running.withdraw_improvement(self.emitted, self.previous)
 
     def update(self) -> UpdateOutcome:
         """The job :meth:`should_update` found due: one fit -> train -> validate cycle, or one
         policy improvement round."""
-        job = self.learner.update if self.due == KIND_MODEL else self.learner.improve
-        self.previous = self.learner.active
+        job = self.running.update if self.due == KIND_MODEL else self.running.improve
+        self.previous = self.running.active
         result = job()
         self.emitted = result.bundle if result.accepted else None
         bundle = result.bundle if result.accepted else None
@@ -222,6 +229,19 @@ class RunResult:
     records: TickRecords  # every tick as the learner received it (with condition labels)
     final_bundle: Bundle  # the bundle flying at the end
     wall_s: float  # wall time of the whole run (flight + updates)
+
+    def trace(self) -> RunTrace:
+        """The time series of this run that the plots read (without records and bundle)."""
+        return RunTrace(time_s=self.time_s, error_m=self.error_m, updates=list(self.updates))
+
+
+@dataclass
+class RunTrace:
+    """What the error plot reads of one run: errors over time and the updates."""
+
+    time_s: np.ndarray  # (T,) scenario time after each tick
+    error_m: np.ndarray  # (T,) true position error after each tick
+    updates: list[UpdateMarker]  # every update, in order
 
 
 def run_method(
@@ -302,7 +322,7 @@ def run_method(
         seed=seed,
         time_s=time_s,
         error_m=error_m,
-        condition=records.condition,
+        condition=np.array(rows["cond"], dtype=np.str_),
         crashed=bool(plant.crashed.any()),
         updates=updates,
         records=records,
@@ -343,14 +363,14 @@ class _Flight:
         self.method = method
         self.scenario = scenario
         self.estimator = LatentEstimator()
-        self.runner: PolicyRunner | None = None
+        self.runner = PolicyRunner(bundle.policy, scenario.reference)
         self.source = method.latent_source() if method.latent_mode == LATENT_ONLINE else None
         self.use(bundle)
 
     def use(self, bundle: Bundle) -> None:
         """Fly ``bundle`` from the next tick on (previous commands and context carry over)."""
         runner = PolicyRunner(bundle.policy, self.scenario.reference)
-        if self.runner is not None and len(runner.prev_actions) == len(self.runner.prev_actions):
+        if len(runner.prev_actions) == len(self.runner.prev_actions):
             runner.prev_actions = list(self.runner.prev_actions)
         self.runner, self.bundle = runner, bundle
         if self.method.latent_mode == LATENT_ENCODER:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from vnd_core.dynamics import CONTROL_PERIOD_S
-from vnd_core.evaluation.continual_loop import RunResult
+from vnd_core.evaluation.continual_loop import RunResult, RunTrace
 from vnd_core.learner import to_segments
 from vnd_core.recovery import moving_rmse, recovery
 from vnd_core.scenario import Scenario
@@ -230,7 +230,7 @@ def results_markdown(results: list[dict], extra: dict) -> str:
 
 
 def plot_errors(
-    out_path: Path, runs: dict[tuple[str, str], RunResult], scenarios: list[Scenario]
+    out_path: Path, runs: dict[tuple[str, str], RunTrace], scenarios: list[Scenario]
 ) -> None:
     """Moving (1 s) RMSE over time per scenario (one panel each), one line per method (first
     seed), update markers at the times new bundles took over (hollow: rejected)."""

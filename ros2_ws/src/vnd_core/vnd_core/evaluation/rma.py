@@ -246,7 +246,7 @@ class _ModuleSource(LatentSource):
         state = torch.as_tensor(np.asarray(measured), dtype=torch.float32)[None]
         feature = tick_features(state, self.builder.normalise_action(self.previous))
         if not self.history:
-            self.history.extend([feature] * (self.history.maxlen - 1))
+            self.history.extend([feature] * (self.module.config.history_ticks - 1))
         self.history.append(feature)
         with torch.no_grad():
             z = self.module(torch.cat(list(self.history))[None])[0]

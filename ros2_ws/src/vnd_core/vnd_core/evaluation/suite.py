@@ -47,6 +47,7 @@ from vnd_core.evaluation.continual_loop import (
     LEARNER_CPU_SHARE,
     Method,
     RunResult,
+    RunTrace,
     VNDMethod,
     run_method,
     scale_scenario,
@@ -208,7 +209,7 @@ def evaluate(
         for seed in range(config.seeds)
     ]
     per_run: dict[tuple[str, str], list[dict]] = {}
-    first_runs: dict[tuple[str, str], RunResult] = {}
+    first_runs: dict[tuple[str, str], RunTrace] = {}
     latents: dict[str, list] = {}
     runs_log: list[dict] = []
     for done, (cell, metrics, run) in enumerate(_run_cells(cells, jobs), start=1):
@@ -266,7 +267,7 @@ class _Cell:
 _FORKED_CELLS: list[_Cell] = []
 
 
-def _run_cells(cells: list[_Cell], jobs: int) -> Iterator[tuple[_Cell, dict, RunResult | None]]:
+def _run_cells(cells: list[_Cell], jobs: int) -> Iterator[tuple[_Cell, dict, RunTrace | None]]:
     """(cell, metrics, run) per cell as each finishes; ``run`` (the time series the plots
     need) for seed 0 only. ``jobs`` > 1: a pool of forked processes, one torch thread each."""
     if jobs <= 1:
@@ -286,11 +287,11 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _run_forked_cell(index: int) -> tuple[int, dict, RunResult | None]:
+def _run_forked_cell(index: int) -> tuple[int, dict, RunTrace | None]:
     return index, *_run_cell(_FORKED_CELLS[index])
 
 
-def _run_cell(cell: _Cell) -> tuple[dict, RunResult | None]:
+def _run_cell(cell: _Cell) -> tuple[dict, RunTrace | None]:
     """Fly one cell; its metrics (with the latent figures for vnd) and, for seed 0, the run
     reduced to what the plots read."""
     run = run_method(
@@ -301,7 +302,7 @@ def _run_cell(cell: _Cell) -> tuple[dict, RunResult | None]:
         metrics["latent"] = _latent_figures(run, cell.scenario, cell.out_dir, cell.seed)
     if cell.seed != 0:
         return metrics, None
-    return metrics, dataclasses.replace(run, records=None, final_bundle=None)
+    return metrics, run.trace()
 
 
 def _append_jsonl(path: Path, entry: dict) -> None:

@@ -362,8 +362,8 @@ class ContinualLearner:
         clock.lap("fit")
         if fitted is None:
             needed = self._model_config().context_len + c.fit.horizon
-            reason = f"not enough data: no run of {needed + 1} POLICY ticks in the replay"
-            return clock.result(bundle=None, reason=reason, metrics=metrics)
+            short = f"not enough data: no run of {needed + 1} POLICY ticks in the replay"
+            return clock.result(bundle=None, reason=short, metrics=metrics)
         report("train", 0.0)
         trained = self._train_stage(report, fitted, metrics)
         clock.lap("train")

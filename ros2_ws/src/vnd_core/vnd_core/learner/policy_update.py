@@ -33,6 +33,7 @@ import torch
 
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
+from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.components import COMPONENT_MASKS, check_components, compose
 from vnd_core.vnd.data import TransitionDataset
@@ -221,7 +222,7 @@ def anchored_dynamics(
     mask = torch.tensor(COMPONENT_MASKS[check_components(components)])
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
 
-    def bind_latent(z: torch.Tensor) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    def bind_latent(z: torch.Tensor) -> Step:
         """The dynamics under latents ``z`` (B, nz): their FiLM terms and anchors computed once
         (the policy trainer binds an episode's z once per window)."""
         modulation = model.residual.modulation(z)
@@ -239,8 +240,4 @@ def anchored_dynamics(
 
         return step
 
-    def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return bind_latent(z)(state, action)
-
-    dynamics.bind_latent = bind_latent
-    return dynamics
+    return LatentBoundDynamics(bind_latent)

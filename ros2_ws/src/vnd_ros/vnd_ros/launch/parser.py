@@ -249,7 +249,7 @@ def _parse_children(items: LocatedList, path: Path) -> tuple[Action, ...]:
     actions = []
     for item, line in zip(items, items.item_lines, strict=True):
         where = Location(path, line)
-        if not isinstance(item, dict) or len(item) != 1:
+        if not isinstance(item, LocatedDict) or len(item) != 1:  # the loader's mappings
             raise LaunchError("each action must be a mapping with exactly one tag", where)
         tag = next(iter(item))
         actions.append(_parse_action(str(tag), item[tag], Location(path, item.key_lines[tag])))
@@ -257,7 +257,7 @@ def _parse_children(items: LocatedList, path: Path) -> tuple[Action, ...]:
 
 
 def _parse_action(tag: str, body: Any, where: Location) -> Action:
-    if tag == "group" and isinstance(body, list):  # bare-list form: group: [children...]
+    if tag == "group" and isinstance(body, LocatedList):  # bare-list form: group: [...]
         return Group(where, None, True, _parse_children(body, where.file))
     parser = _PARSERS.get(tag)
     if parser is None:

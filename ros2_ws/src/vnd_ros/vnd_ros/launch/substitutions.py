@@ -16,6 +16,7 @@ import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vnd_ros.launch.source import LaunchError, Location
 from vnd_ros.paths import find_package_share
@@ -263,7 +264,8 @@ def condition_value(text: str, where: Location) -> bool:
 
 # ---------------------------------------------------------------- safe $(eval)
 
-_BINARY: dict[type, Callable[[object, object], object]] = {
+# Operands are the literals of a launch expression, typed only at run time.
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
     ast.Mult: operator.mul,
@@ -272,12 +274,12 @@ _BINARY: dict[type, Callable[[object, object], object]] = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
-_UNARY: dict[type, Callable[[object], object]] = {
+_UNARY: dict[type, Callable[[Any], Any]] = {
     ast.UAdd: operator.pos,
     ast.USub: operator.neg,
     ast.Not: operator.not_,
 }
-_COMPARE: dict[type, Callable[[object, object], bool]] = {
+_COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq,
     ast.NotEq: operator.ne,
     ast.Lt: operator.lt,
@@ -319,11 +321,16 @@ def _eval_node(node: ast.AST) -> object:
 def _check_binary_size(op: ast.operator, left: object, right: object) -> None:
     if isinstance(op, ast.Pow) and isinstance(right, int | float) and abs(right) > _MAX_EXPONENT:
         raise ValueError(f"exponent {right} exceeds {_MAX_EXPONENT}")
-    if isinstance(op, ast.Mult) and isinstance(left, str) != isinstance(right, str):
-        count = right if isinstance(left, str) else left
-        text = left if isinstance(left, str) else right
-        if isinstance(count, int) and len(text) * count > _MAX_LITERAL_CHARS:
-            raise ValueError(f"string repetition longer than {_MAX_LITERAL_CHARS} characters")
+    if not isinstance(op, ast.Mult):
+        return
+    if isinstance(left, str) and isinstance(right, int):
+        text, count = left, right
+    elif isinstance(right, str) and isinstance(left, int):
+        text, count = right, left
+    else:
+        return
+    if len(text) * count > _MAX_LITERAL_CHARS:
+        raise ValueError(f"string repetition longer than {_MAX_LITERAL_CHARS} characters")
 
 
 def _eval_bool_op(node: ast.BoolOp) -> object:

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.summary is not None:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    if not result.accepted:
+    if result.bundle is None:  # rejected (an accepted update carries its bundle)
         print(f"vnd learn: candidate v{summary['version']} rejected: {result.reason}")
         return EXIT_REJECTED
     print(
@@ -140,7 +140,7 @@ def _improve(learner: ContinualLearner, rounds: int) -> Bundle:
             break
         result = learner.improve(progress=_progress_printer())
         cost = (result.metrics.get("validation") or {}).get("cost_m") or {}
-        outcome = f"v{result.bundle.version}" if result.accepted else result.reason
+        outcome = f"v{result.bundle.version}" if result.bundle is not None else result.reason
         figures = (
             f" (cost {cost['candidate']:.4f} m vs {cost['active']:.4f} m)"
             if cost and result.accepted
