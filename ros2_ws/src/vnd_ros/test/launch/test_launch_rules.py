@@ -11,7 +11,7 @@ import pytest
 from vnd_ros.launch import LaunchError, parse_launch_file, resolve_launch
 from vnd_ros.launch.entities import Group, Node
 
-REPO = Path(__file__).resolve().parents[4]
+REPO = Path(__file__).resolve().parents[5]
 SHIPPED = sorted((REPO / "launch").glob("*.launch.yaml"))
 
 
