@@ -36,10 +36,11 @@ import torch
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import NominalModel
 from vnd_core.learner.config import LearnerConfig
-from vnd_core.learner.gates import run_gates
+from vnd_core.learner.gates import Gates, gates_against
 from vnd_core.learner.model_update import (
     FittedModel,
     TrainedPolicy,
+    check_latent_sizes,
     fit_focus,
     fit_model,
     gate_dynamics,
@@ -72,7 +73,6 @@ from vnd_core.learner.replay_view import (
 )
 from vnd_core.learner.rounds import ImprovementRounds
 from vnd_core.policy import PolicyNet
-from vnd_core.trainer import Dynamics
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.components import SUMMARY_KEY
 from vnd_core.vnd.data import TransitionDataset
@@ -88,14 +88,7 @@ class ContinualLearner:
         config.validate()
         self.vehicle = vehicle
         self.config = config
-        latent_dim = (
-            active.model.latent_dim if active.model is not None else config.model.latent_dim
-        )
-        if active.policy.latent_dim != latent_dim:
-            raise ValueError(
-                f"bundle v{active.version}: policy latent size {active.policy.latent_dim} "
-                f"differs from the model latent size {latent_dim}"
-            )
+        check_latent_sizes(active, config)
         self._active = active
         # Lineage of the bundles this learner emits: the active bundle's when it has one (a
         # learner resuming its own run), else a new one (a run starting from a base bundle).
@@ -326,7 +319,7 @@ class ContinualLearner:
             )
         try:
             result = self._rounds.run(
-                report, self._active, self.stored_total, self._dataset, self._validate
+                report, self._active, self.stored_total, self._dataset, self._gates()
             )
         except PreemptedError:
             elapsed = time.perf_counter() - start
@@ -435,7 +428,7 @@ class ContinualLearner:
     ) -> str | None:
         """Stage 3: the gates on the candidate; why it is rejected (None: it passed)."""
         dynamics = gate_dynamics(fitted, trained, self.config.residual_components)
-        reason, checks = self._validate(trained.policy, dynamics, fitted.model, fitted.dataset)
+        reason, checks = self._gates()(trained.policy, dynamics, fitted.model, fitted.dataset)
         metrics["validation"] = checks
         return reason
 
@@ -484,17 +477,7 @@ class ContinualLearner:
         """Condition descriptor (M, d) per chunk, for the replay's eviction."""
         return chunk_descriptors(self._active.model, self.vehicle, records, chunks)
 
-    def _validate(
-        self, policy: PolicyNet, dynamics: Dynamics, model: VNDModel, dataset: TransitionDataset
-    ) -> tuple[str | None, dict]:
-        """Run the gates (:func:`gates.run_gates`) against the active bundle."""
-        return run_gates(
-            policy,
-            dynamics,
-            model,
-            dataset,
-            active=self._active,
-            vehicle=self.vehicle,
-            validation=self.config.validation,
-            components=self.config.residual_components,
-        )
+    def _gates(self) -> Gates:
+        """The gates (:func:`gates.run_gates`) against the active bundle."""
+        c = self.config
+        return gates_against(self._active, self.vehicle, c.validation, c.residual_components)

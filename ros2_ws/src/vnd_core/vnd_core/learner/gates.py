@@ -6,6 +6,8 @@ each check)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
@@ -26,6 +28,31 @@ from vnd_core.trainer import Dynamics
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.model import VNDModel
+
+# gates(policy, dynamics, model, dataset) -> (why rejected or None, JSON-able checks)
+Gates = Callable[[PolicyNet, Dynamics, VNDModel, TransitionDataset], tuple[str | None, dict]]
+
+
+def gates_against(
+    active: Bundle, vehicle: VehicleParams, validation: ValidationConfig, components: str
+) -> Gates:
+    """:func:`run_gates` against ``active``, for a candidate of the next version."""
+
+    def gates(
+        policy: PolicyNet, dynamics: Dynamics, model: VNDModel, dataset: TransitionDataset
+    ) -> tuple[str | None, dict]:
+        return run_gates(
+            policy,
+            dynamics,
+            model,
+            dataset,
+            active=active,
+            vehicle=vehicle,
+            validation=validation,
+            components=components,
+        )
+
+    return gates
 
 
 def run_gates(

@@ -62,6 +62,17 @@ class TrainedPolicy:
     summary: dict  # the trainer's JSON-able summary
 
 
+def check_latent_sizes(active: Bundle, config: LearnerConfig) -> None:
+    """Raise ValueError when the active policy reads another latent size than the model the
+    updates fit (the active model's, or the configured one)."""
+    latent_dim = active.model.latent_dim if active.model is not None else config.model.latent_dim
+    if active.policy.latent_dim != latent_dim:
+        raise ValueError(
+            f"bundle v{active.version}: policy latent size {active.policy.latent_dim} "
+            f"differs from the model latent size {latent_dim}"
+        )
+
+
 def start_model(
     carried: tuple[int, VNDModel] | None,
     active: Bundle,

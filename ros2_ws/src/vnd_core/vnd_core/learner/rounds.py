@@ -12,18 +12,16 @@ from collections.abc import Callable
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import NominalModel
 from vnd_core.learner.config import LearnerConfig
+from vnd_core.learner.gates import Gates
 from vnd_core.learner.improvement import ImprovementBasis, PolicyImprover
 from vnd_core.learner.outcome import Progress, StageClock, UpdateResult, child_bundle
 from vnd_core.learner.policy_update import anchored_dynamics
 from vnd_core.policy import PolicyNet
-from vnd_core.trainer import Dynamics
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.components import SUMMARY_KEY
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.model import VNDModel
 
-# gates(policy, dynamics, model, dataset) -> (why rejected or None, JSON-able checks)
-Gates = Callable[[PolicyNet, Dynamics, VNDModel, TransitionDataset], tuple[str | None, dict]]
 # dataset(prior) -> transitions of the whole replay
 ReplayDataset = Callable[[NominalModel], TransitionDataset]
 # The one gate a candidate may fail and still keep its training for the next round.
