@@ -78,7 +78,14 @@ from vnd_core.vnd.components import SUMMARY_KEY
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
-__all__ = ["UNEXPLAINED_RUN_TICKS", "ContinualLearner", "UpdateProgress", "UpdateResult"]
+# LearnerConfig, UpdateProgress and UpdateResult are imported from here by the learner's users.
+__all__ = [
+    "UNEXPLAINED_RUN_TICKS",
+    "ContinualLearner",
+    "LearnerConfig",
+    "UpdateProgress",
+    "UpdateResult",
+]
 
 
 class ContinualLearner:
