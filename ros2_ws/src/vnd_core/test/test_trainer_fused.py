@@ -73,18 +73,16 @@ def plain_residual(model: VNDModel, inputs: torch.Tensor, z: torch.Tensor) -> to
 
 
 def plain_anchored(model: VNDModel, bound: torch.Tensor, region: TrustRegion):
-    """prior ⊕ trust · mask · clip(D(s, a, z)) with the bare prior for z = 0, all per call."""
+    """prior ⊕ mask · clip(D(clamp(s, a), z)) with the bare prior for z = 0, all per call."""
     mask = torch.tensor([1.0] * 3 + [0.0] * 3 + [1.0] * 3 + [0.0] * 3)
     model.requires_grad_(False)
 
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         prior_next = model.prior(state, action)
         inputs = plain_dynamics_input(state, action)
+        inputs = torch.clamp(inputs, region.mean - 3.0 * region.std, region.mean + 3.0 * region.std)
         residual = torch.maximum(torch.minimum(plain_residual(model, inputs, z), bound), -bound)
-        with torch.no_grad():
-            distance = ((inputs - region.mean) / region.std).abs().amax(dim=-1, keepdim=True)
-            trust = ((6.0 - distance) / 3.0).clamp(0, 1)
-        corrected = apply_residual(prior_next, residual * trust * mask)
+        corrected = apply_residual(prior_next, residual * mask)
         return torch.where((z == 0).all(dim=-1, keepdim=True), prior_next, corrected)
 
     return dynamics

@@ -12,7 +12,7 @@ from vnd_core.learner.policy_update import (
     TrustRegion,
     anchored_dynamics,
     anchored_latent,
-    data_trust,
+    data_inputs,
     train_policy_on_model,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
@@ -67,17 +67,24 @@ def test_residual_is_clipped_to_the_bound():
         torch.testing.assert_close(clipped, model.prior(state, action))
 
 
-def test_residual_fades_out_far_from_the_data():
+def test_far_from_the_data_the_residual_holds_its_correction_at_the_edge():
+    # a steady force (wind) must act wherever training rollouts fly, also where the replay
+    # never went; the residual is not extrapolated there but read at the data's edge
     model = loud_model()
     state, action = near_hover(2)
     state[1, 7:10] = torch.tensor([20.0, 0.0, 0.0])  # 20 std away in velocity
+    edge = state.clone()
+    edge[1, 7] = 3.0  # the edge of the region (3 std) along the same axis
+    z = torch.randn(1, model.latent_dim).expand(2, -1)
     with torch.no_grad():
-        trust = data_trust(HOVER, state, action)
-        assert trust[0, 0] == 1.0 and trust[1, 0] == 0.0
-        out = anchored_dynamics(model, trust_region=HOVER)(
-            state, action, torch.randn(2, model.latent_dim)
-        )
-        torch.testing.assert_close(out[1], model.prior(state, action)[1])
+        seen = data_inputs(HOVER, state, action)
+        torch.testing.assert_close(seen[0], dynamics_input(state, action)[0])  # inside: as is
+        torch.testing.assert_close(seen[1], dynamics_input(edge, action)[1])
+        out = anchored_dynamics(model, trust_region=HOVER)(state, action, z)
+        correction = out[1, 7:10] - model.prior(state, action)[1, 7:10]
+        at_edge = model.residual_correction(edge, action, z)[1, 6:9]
+        torch.testing.assert_close(correction, at_edge)
+        assert float(at_edge.norm()) > 1e-3  # the loud residual is not zero there
 
 
 def drifting_dataset(model: VNDModel, velocity_mps: float) -> TransitionDataset:
@@ -95,18 +102,19 @@ def test_trust_region_of_the_dataset_trusts_the_data_the_model_was_fitted_on():
     dataset = drifting_dataset(model, 8.0)
     region = TrustRegion.of_dataset(dataset)
     state, action = dataset.tensors()["state"][:5], dataset.tensors()["action"][:5]
-    assert bool((data_trust(region, state, action) == 1.0).all())
-    assert bool((data_trust(HOVER, state, action) == 0.0).all())  # first-fit statistics
+    inputs = dynamics_input(state, action)
+    torch.testing.assert_close(data_inputs(region, state, action), inputs)
+    # the first-fit statistics would read 8 m/s as 3 m/s
+    assert bool((data_inputs(HOVER, state, action)[:, 0] == 3.0).all())
     z = torch.randn(5, model.latent_dim)
     with torch.no_grad():
-        prior = model.prior(state, action)
-        torch.testing.assert_close(
-            anchored_dynamics(model, trust_region=HOVER)(state, action, z), prior
-        )
         out = anchored_dynamics(model, trust_region=region)(state, action, z)
         torch.testing.assert_close(out, model.predict(state, action, z))
+        assert not torch.allclose(
+            anchored_dynamics(model, trust_region=HOVER)(state, action, z), out
+        )
     hovering = hover_state((1,))
-    assert float(data_trust(region, hovering, action[:1])) == 0.0  # 8 m/s away
+    assert float(data_inputs(region, hovering, action[:1])[0, 0]) > 7.0  # 8 m/s data: held
     one = TransitionDataset(model.prior, [Segment(hover_state((2,)), action[:1])])
     with pytest.raises(ValueError, match=">= 2 transitions"):
         TrustRegion.of_dataset(one)
@@ -120,7 +128,7 @@ def test_translational_components_equal_the_masked_full_composition():
         fast = anchored_dynamics(model, components="translational", trust_region=HOVER)(
             state, action, z
         )
-        residual = model.residual_correction(state, action, z) * data_trust(HOVER, state, action)
+        residual = model.residual(data_inputs(HOVER, state, action), z)
         residual[:, 3:6] = 0.0  # rotation
         residual[:, 9:12] = 0.0  # body rates
         full = apply_residual(model.prior(state, action), residual)

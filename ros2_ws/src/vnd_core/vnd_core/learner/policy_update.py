@@ -63,9 +63,9 @@ def train_policy_on_model(
     (a fraction ``anchor_fraction`` of the rollouts: z = 0 on the prior; a fraction
     ``pool_fraction`` of the others: a row of ``latent_pool`` (M, nz), the re-encoded replay,
     drawn in proportion to ``pool_weights`` (M,) when given;
-    residual clipped to ``residual_bound`` (12,) when given, weighted by ``trust_region``
-    (:class:`TrustRegion`; pass the fitted dataset's) and restricted to ``components``;
-    see the module docstring).
+    residual clipped to ``residual_bound`` (12,) when given, its inputs held within
+    ``trust_region`` (:class:`TrustRegion`; pass the fitted dataset's) and restricted to
+    ``components``; see the module docstring).
 
     ``policy`` is the warm start (pass a copy of the active policy); its latent size must equal
     the model's. The model is frozen (``frozen_dynamics``). Returns the trainer's JSON-able
@@ -166,20 +166,22 @@ def anchored_latent(
     return sample
 
 
-TRUST_FULL_STD = 3.0  # the residual acts fully within this many data std of every input
-TRUST_ZERO_STD = 6.0  # and not at all beyond this many
+TRUST_STD = 3.0  # the residual reads each input as it is within this many data std of it
 
 
 @dataclass(frozen=True)
 class TrustRegion:
     """Where the data are: per-input mean and std (16,) of the dynamics inputs.
 
-    The residual is fitted on the replay, so it is only trusted near the replay: fully within
-    :data:`TRUST_FULL_STD` std of the data on every input, not at all beyond
-    :data:`TRUST_ZERO_STD`. The region must come from the data the model was fitted on
-    (:meth:`of_dataset`). The model's own input normaliser is frozen at its first fit, which is
-    calm flight; measured in its units, 57 % of the wind ticks the model had been fitted on
-    fell outside the band, so policies trained against about three quarters of the wind.
+    The residual is fitted on the replay, so it is only trusted near the replay: it reads each
+    dynamics input clamped to within :data:`TRUST_STD` std of the data (:meth:`project`), so
+    beyond the data it holds the correction it has at the data's edge instead of extrapolating.
+    A steady force (a wind, a payload) then acts wherever the training rollouts fly: the
+    trainer's perturbed starts and its figure-eight and circle references leave a hover replay
+    on most ticks, and a residual faded out there trains the policy against a fraction of the
+    wind it meets in flight. The region must come from the data the model was fitted on
+    (:meth:`of_dataset`): the model's own input normaliser is frozen at its first fit, which is
+    calm flight.
     """
 
     mean: torch.Tensor  # (16,) mean of each dynamics input
@@ -193,17 +195,17 @@ class TrustRegion:
             raise ValueError(f"a trust region needs >= 2 transitions, got {len(inputs)}")
         return cls(inputs.mean(dim=0), inputs.std(dim=0).clamp_min(INPUT_STD_FLOOR))
 
-    def weight(self, inputs: torch.Tensor) -> torch.Tensor:
-        """Weight (B, 1) in [0, 1] of the residual at dynamics inputs (B, 16); no gradient."""
-        with torch.no_grad():
-            distance = ((inputs - self.mean) / self.std).abs().amax(dim=-1, keepdim=True)
-            return ((TRUST_ZERO_STD - distance) / (TRUST_ZERO_STD - TRUST_FULL_STD)).clamp(0, 1)
+    def project(self, inputs: torch.Tensor) -> torch.Tensor:
+        """Dynamics inputs (B, 16) clamped to the region's box; gradient flows where unclamped."""
+        low = self.mean - TRUST_STD * self.std
+        high = self.mean + TRUST_STD * self.std
+        return torch.maximum(torch.minimum(inputs, high), low)
 
 
-def data_trust(region: TrustRegion, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-    """Weight (B, 1) in [0, 1] of the residual at ``state`` (B, 13), ``action`` (B, 4): 1 near
-    the data of ``region``, 0 far outside it."""
-    return region.weight(dynamics_input(state, action))
+def data_inputs(region: TrustRegion, state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    """The dynamics inputs (B, 16) the residual reads at ``state`` (B, 13), ``action`` (B, 4):
+    the true inputs near the data of ``region``, held at its edge beyond it."""
+    return region.project(dynamics_input(state, action))
 
 
 def anchored_dynamics(
@@ -214,10 +216,11 @@ def anchored_dynamics(
     *,
     trust_region: TrustRegion,
 ) -> Dynamics:
-    """``prior ⊕ trust · mask · clip(D(s, a, z), ±residual_bound)`` of the frozen ``model``
-    (``mask`` from :data:`COMPONENT_MASKS`, ``trust`` from ``trust_region``: the region of the
-    data the model was fitted on); with ``prior_at_zero`` the bare prior for rows whose z is
-    exactly 0 (the anchors; a latent-free model is trained with z = 0 and passes False).
+    """``prior ⊕ mask · clip(D(project(s, a), z), ±residual_bound)`` of the frozen ``model``
+    (``mask`` from :data:`COMPONENT_MASKS`, ``project`` clamps the dynamics inputs to
+    ``trust_region``: the region of the data the model was fitted on); with ``prior_at_zero``
+    the bare prior for rows whose z is exactly 0 (the anchors; a latent-free model is trained
+    with z = 0 and passes False).
     Shapes: state (B, 13), action (B, 4), z (B, nz)."""
     mask = torch.tensor(COMPONENT_MASKS[check_components(components)])
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
@@ -230,11 +233,11 @@ def anchored_dynamics(
 
         def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
             prior_next = model.prior(state, action)
-            inputs = dynamics_input(state, action)  # once, for both the residual and its trust
+            inputs = trust_region.project(dynamics_input(state, action))
             residual = model.residual(inputs, modulation=modulation)
             if residual_bound is not None:
                 residual = residual.clamp(-residual_bound, residual_bound)
-            residual = residual * (trust_region.weight(inputs) * mask)
+            residual = residual * mask
             corrected = compose(prior_next, residual, components)  # forces only: rotation kept
             return corrected if anchored is None else torch.where(anchored, prior_next, corrected)
 
