@@ -66,6 +66,12 @@ class Harness:
         while (remaining := end - time.monotonic()) > 0:
             self.executor.spin_once(timeout_sec=min(remaining, 0.002))
 
+    def spin_until(self, done, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            assert time.monotonic() < deadline, f"nothing within {timeout_s} s"
+            self.spin_for(0.05)
+
     def wait_matched(self, proc: subprocess.Popen, subscriptions: list) -> None:
         """Until the sim reads our commands and every one of ``subscriptions`` has a writer."""
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -152,6 +158,9 @@ def sim_run(tmp_path, middleware):
             "geometry_msgs/msg/PoseStamped", "mocap/pose", qos_profile_default, "reliable_pose"
         )
         harness.wait_matched(proc, subscriptions)
+        # The latched condition reaches a late reader once the writer answers its first
+        # acknowledgement; a Fast DDS writer (rclpy sim) may take its heartbeat period for that.
+        harness.spin_until(lambda: bool(harness.received["sim/condition"]), START_TIMEOUT_S)
         harness.spin_for(0.5)  # on the stand
         harness.marks = {"start_ns": time.time_ns()}
         harness.stream(1.2, HOVER_THRUST_N)  # 1.5 s of simulated hover
