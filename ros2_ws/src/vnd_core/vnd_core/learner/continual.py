@@ -12,7 +12,7 @@ enough new data and time have passed and the new flight is worth learning from (
    whole replay;
 3. train the policy on prior ⊕ D(., ., z), z ~ N(0, I) per rollout, warm-started from the
    active policy (with z = 0 anchored on the prior, and the residual clipped to the observed
-   range and faded out away from the data: :mod:`policy_update`);
+   range and held at the edge of the data beyond it: :mod:`policy_update`);
 4. validate (:mod:`validation`) and either emit bundle ``active.version + 1`` (which becomes
    the active one) or reject it with a reason, leaving the active bundle in place. An emitted
    bundle names its parent by content hash (``parent_sha256``) and carries the learner's
