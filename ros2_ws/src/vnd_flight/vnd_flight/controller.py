@@ -203,15 +203,14 @@ class PolicyController:
 
     def arm(self, now_ns: int, odom: Odometry | None) -> ArmingReply:
         """Operator arm request (:func:`vnd_flight.arming.arm`), between two ticks. Leaving
-        DISARMED starts over like a restarted node: reference time from the first flying tick,
-        the policy's previous actions back at hover (not the zeros sent while disarmed)."""
+        DISARMED starts over like a restarted node: reference time from the first flying tick
+        (arming leaves the controller IDLE, where the reference waits at its start), the
+        policy's previous actions back at hover (not the zeros sent while disarmed)."""
         was_disarmed = self.safety.mode == Mode.DISARMED
         reply = arming.arm(self.safety, now_ns, odom)
-        if reply.accepted and was_disarmed:
-            self._t0_ns = None
-            if self._runner is not None:
-                self._runner.reset()
-                self._runner.rejoin = None
+        if reply.accepted and was_disarmed and self._runner is not None:
+            self._runner.reset()
+            self._runner.rejoin = None
         return reply
 
     def disarm(self, now_ns: int) -> ArmingReply:

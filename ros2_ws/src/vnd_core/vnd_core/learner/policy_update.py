@@ -233,8 +233,9 @@ def anchored_dynamics(
 
         def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
             prior_next = model.prior(state, action)
-            inputs = trust_region.project(dynamics_input(state, action))
-            residual = model.residual(inputs, modulation=modulation)
+            residual = model.residual(
+                data_inputs(trust_region, state, action), modulation=modulation
+            )
             if residual_bound is not None:
                 residual = residual.clamp(-residual_bound, residual_bound)
             residual = residual * mask
