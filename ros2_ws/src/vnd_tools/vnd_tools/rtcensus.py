@@ -14,8 +14,9 @@ thread (SCHED_FIFO or SCHED_RR, kernel threads left out) of the processes outsid
 process tree. A late tick is put against the CPU time those took around it: as a rate over
 the samples that span the tick's gap, times the gap, so a task using a steady tenth of a core
 does not explain a 40-ms delay and two that held both CPUs for 300 ms do. A thread that
-starts between two scans counts from its start; what one uses after the last scan before it
-exits is not counted. Linux only; the counters come in 10-ms units (``USER_HZ``).
+starts between two scans counts from its start, one that turns real time counts from the
+scan before; what one uses after the last scan before it exits is not counted. Linux only;
+the counters come in 10-ms units (``USER_HZ``).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ class RealtimeCensus:
         self._thread: threading.Thread | None = None
         self._wall_s: list[float] = []
         self._cpu_ticks: list[int] = []
-        self._seen: dict[tuple[int, int], int] = {}  # (pid, tid) -> last CPU ticks counted
+        self._seen: dict[tuple[int, int], int] = {}  # (pid, tid) -> CPU ticks at the last scan
         self._scanned_ticks: float | None = None  # boot time [USER_HZ ticks] of the last scan
         self._processes: dict[int, dict] = {}
         self._error: Exception | None = None  # what ended the sampling thread early
@@ -183,12 +184,18 @@ class RealtimeCensus:
         threads = read_threads()
         ours = process_tree(self.root_pid, threads)
         used = 0
+        # Every foreign thread's counter is kept, real time or not: a process turns real time
+        # after its start-up, often while the census waits for a CPU its real-time threads
+        # hold, and what it used since the scan that saw it start counts.
+        seen, self._seen = self._seen, {}
         for thread in threads:
-            if not thread.realtime or thread.pid in ours:
+            if thread.pid in ours:
                 continue
             key = (thread.pid, thread.tid)
-            before = self._seen.get(key)
+            before = seen.get(key)
             self._seen[key] = thread.cpu_ticks
+            if not thread.realtime:
+                continue
             if before is None:
                 new = previous is not None and thread.start_ticks >= previous
                 before = 0 if new else thread.cpu_ticks
