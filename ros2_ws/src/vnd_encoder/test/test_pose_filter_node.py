@@ -63,7 +63,15 @@ def test_poses_become_odometry_with_velocity_and_bad_poses_are_counted(harness, 
         set_stamp(broken.header.stamp, start_ns + 149 * 10_000_000)
         command_pub.publish(broken)  # the rate prediction reads vnd/command; NaN is refused
         time.sleep(0.1)  # the last odometry samples arrive
-        H.wait_for(lambda: status[-1][1].ticks == len(odom), 2.0, "a status after the flight")
+        # Two statuses with the same count after the last odometry: the flight's final count
+        # (best-effort transport may drop an odometry message on its way to the recorder,
+        # so the count is checked against what arrived within a few messages).
+        H.wait_for(
+            lambda: status[-1][1].ticks == status[-2][1].ticks >= len(odom),
+            2.0,
+            "a status after the flight",
+        )
+        assert status[-1][1].ticks - len(odom) <= 3, (status[-1][1].ticks, len(odom))
         H.wait_for(
             lambda: "rate_command_not_finite" in json.loads(status[-1][1].counters_json),
             2.0,
