@@ -107,6 +107,25 @@ def test_mismatched_dr_is_its_own_training_and_dr_keeps_the_plant_law(base_bundl
     assert methods["dr_mismatched"].latent_mode == "none"
 
 
+def test_vnd_learns_on_top_of_drs_policy_trained_once(base_bundle):
+    config = EvalConfig.quick(
+        randomised_trainer=TrainerConfig(num_envs=4, horizon_ticks=2, iterations=1)
+    )
+    trained = []
+    methods = prepare_methods(["dr", "vnd"], base_bundle, config, log=trained.append)
+    assert len(trained) == 1  # one dr training, shared
+    dr, vnd = methods["dr"].initial.policy, methods["vnd"].initial.policy
+    assert methods["vnd"].latent_mode == "encoder"
+    for name, weight in dr.state_dict().items():
+        torch.testing.assert_close(vnd.state_dict()[name], weight, rtol=0, atol=0)
+    changed = [
+        name
+        for name, weight in base_bundle.policy.state_dict().items()
+        if not torch.equal(weight, dr.state_dict()[name])
+    ]
+    assert changed  # the dr training moved the base policy
+
+
 # ---- dob -------------------------------------------------------------------------------------
 def test_observer_converges_to_a_constant_external_force_on_the_prior_plant(tracking_controller):
     """The prior plus a constant world force, commands applied as sent: the estimate settles

@@ -221,6 +221,14 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
         assert (tmp_path / "out" / "latents_tiny_wind.png").exists()
         assert saved["latent"]["tiny_wind"][0]["conditions"] == ["calm", "wind"]
     assert payload["results"] == saved["results"]
+    start = load_bundle(tmp_path / "out" / "bundles" / "dr.safetensors")  # vnd fly --bundle
+    assert start.summary["kind"] == "dr" and start.summary["sees_disturbance"] is False
+    assert (
+        load_bundle(tmp_path / "out" / "bundles" / "dr_mismatched.safetensors").summary[
+            "randomisation"
+        ]["family"]
+        == "external_force"
+    )
     lines = (tmp_path / "out" / "runs.jsonl").read_text().splitlines()
     assert [json.loads(line)["method"] for line in lines] == list(rows)
 
@@ -243,7 +251,13 @@ def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
     scenario_path = tmp_path / "tiny_wind.yaml"
     scenario_path.write_text(TINY_SCENARIO)
     learner = tiny_learner()
-    config = EvalConfig.quick(seeds=2, time_scale=1.0, learner=learner, update_delay_s=0.2)
+    config = EvalConfig.quick(
+        seeds=2,
+        time_scale=1.0,
+        learner=learner,
+        randomised_trainer=TrainerConfig(num_envs=8, horizon_ticks=4, iterations=1),
+        update_delay_s=0.2,
+    )
     figures = {}
     for jobs in (1, 2):
         payload = evaluate(

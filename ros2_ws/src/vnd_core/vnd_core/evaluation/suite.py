@@ -16,15 +16,17 @@ Methods (same plant, seeds, scenarios and update budgets for all):
   disturbance input in the randomised simulation; no learning in flight (:mod:`rma`);
 - refit: LOTF-style re-fitting of an ensemble of latent-free residuals on a rolling window of
   recent data every 5 s, the policy fine-tuned on their mean (:mod:`refit`);
-- vnd: the continual learner (replay of everything, latent from the encoder every tick);
+- vnd: the continual learner (replay of everything, latent from the encoder every tick),
+  starting from dr's policy: the offline knowledge a lab has before it flies;
 - oracle: the base policy fine-tuned with the true disturbance as its z input, which it also
   gets in flight.
 
-dr, dr_mismatched, dob's policy and the oracle (also rma's teacher) are trained once per
-evaluation (training seed 0) with the same trainer budget (``randomised_trainer``),
-warm-started from the base policy, and shared by every cell that flies them; rma's module is
-trained once with ``rma``'s budget. The seeds vary the plant (noise, gusts) and the learners.
-See :mod:`continual_loop` for update timing and :mod:`report` for the metrics.
+dr (also vnd's starting policy), dr_mismatched, dob's policy and the oracle (also rma's
+teacher) are trained once per evaluation (training seed 0) with the same trainer budget
+(``randomised_trainer``), warm-started from the base policy, and shared by every cell that
+flies them; rma's module is trained once with ``rma``'s budget. The seeds vary the plant
+(noise, gusts) and the learners. See :mod:`continual_loop` for update timing and
+:mod:`report` for the metrics.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Any
 
 import torch
 
-from vnd_core.bundle import Bundle
+from vnd_core.bundle import Bundle, save_bundle
 from vnd_core.evaluation.baselines import RandomisationConfig, train_baseline_bundle
 from vnd_core.evaluation.continual_loop import (
     LATENT_ORACLE,
@@ -149,7 +151,7 @@ def prepare_methods(
 ) -> dict[str, Method]:
     """Build (and for the offline baselines, train) every requested method from the base
     bundle; each offline training runs once, shared by the methods that fly it (the oracle's
-    policy is rma's teacher)."""
+    policy is rma's teacher, dr's is where vnd starts)."""
     methods: dict[str, Method] = {}
     trained: dict[str, Bundle] = {}
 
@@ -180,7 +182,9 @@ def prepare_methods(
         elif name == "refit":
             methods[name] = RefitMethod(base, config.learner, config.refit)
         elif name == "vnd":
-            methods[name] = VNDMethod(base, config.learner)
+            # Learning on top of the blind randomised policy: a new condition flies at dr's
+            # level until the learner lands what dr cannot know (docs/decisions.md).
+            methods[name] = VNDMethod(trained_bundle("dr"), config.learner)
         else:
             raise ValueError(f"unknown method {name!r}; choose from {METHOD_ORDER}")
     return methods
@@ -202,6 +206,7 @@ def evaluate(
     (out_dir / "runs.jsonl").write_text("")  # one line per finished run, written as it ends
     scenarios = [scale_scenario(load_scenario(n), config.time_scale) for n in scenario_names]
     methods = prepare_methods(method_names, base, config, log)
+    save_offline_bundles(methods, out_dir / "bundles")
     cells = [
         _Cell(method, scenario, seed, config.update_delay_s, config.learner_cpu_share, out_dir)
         for scenario in scenarios
@@ -248,6 +253,20 @@ def evaluate(
     }
     write_results(out_dir, results, payload)
     return {"results": results, **payload}
+
+
+def save_offline_bundles(methods: dict[str, Method], bundle_dir: Path) -> list[Path]:
+    """Write the offline-trained policies ``vnd fly --bundle`` can fly (z hidden or from the
+    encoder) as ``bundle_dir/<name>.safetensors``: dr (where vnd starts) and dr_mismatched."""
+    flyable = {
+        "dr": methods["dr"] if "dr" in methods else methods.get("vnd"),
+        "dr_mismatched": methods.get("dr_mismatched"),
+    }
+    return [
+        save_bundle(method.initial, bundle_dir / f"{name}.safetensors")
+        for name, method in flyable.items()
+        if method is not None
+    ]
 
 
 @dataclass(frozen=True)
@@ -424,7 +443,8 @@ def method_definitions(config: EvalConfig) -> dict:
         f"latent-free residuals fitted ({r.fit_steps} steps each) on the last {r.window_s} s, "
         f"the policy fine-tuned on their mean ({r.policy_iterations} iterations x "
         f"{r.policy_envs} rollouts); {REFIT_BUDGET_NOTE}",
-        "vnd": f"continual learner: fit {config.learner.fit.steps} steps, trainer "
+        "vnd": "continual learner starting from dr's policy (the same offline training, "
+        f"shared): fit {config.learner.fit.steps} steps, trainer "
         f"{config.learner.trainer.iterations} iterations x {config.learner.trainer.num_envs} "
         f"rollouts per update, at least {config.learner.min_interval_s} s apart",
         "oracle": "base policy fine-tuned on dr's ranges plus rotor damage with the true "
