@@ -49,6 +49,9 @@ class NominalModel:
         map64, offset64 = _derivative_map(self.inv_mass, self.inv_tau_rate)
         self._map64, self._offset64 = map64, offset64
         self._cache: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
+        # The float32 CPU constants exist from the start: a compiled graph that reads them
+        # then never depends on whether this model has stepped before (dynamo guards on it).
+        self._constants(torch.empty(0))
 
     def _constants(self, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Transposed maps in ``like``'s dtype: state (13, 13), action (13, 4), bilinear (13, 28),

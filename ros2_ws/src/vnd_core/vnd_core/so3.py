@@ -134,4 +134,8 @@ def _rot6_map() -> tuple[torch.Tensor, torch.Tensor]:
 
 
 _ROT6_MAP, _ROT6_OFFSET = _rot6_map()
-_ROT6_CACHE: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+# The float32 CPU maps exist from import on: a compiled graph that reads them then does not
+# depend on whether anything called rotmat_6d before it was built (dynamo guards on that).
+_ROT6_CACHE: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, torch.Tensor]] = {
+    (torch.float32, torch.device("cpu")): (_ROT6_MAP.float(), _ROT6_OFFSET.float())
+}

@@ -248,6 +248,17 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         channel.send("error", meta={"message": f"learner failed to start: {err}"})
         return EXIT_ERROR
+    try:
+        # Before "ready": the ticks that arrive meanwhile wait in the inbox.
+        warm = learner.warm_up()
+        if warm.compiled:
+            print(
+                f"vnd-worker: policy training compiled in {warm.wall_s:.1f} s "
+                f"({warm.graphs_built} graphs)",
+                file=sys.stderr,
+            )
+    except Exception:  # eager training still works; the first update compiles instead
+        traceback.print_exc()
     channel.send("ready", meta={"pid": os.getpid(), "bundle": args.bundle, "config": args.config})
     return serve(learner, channel, inbox)
 

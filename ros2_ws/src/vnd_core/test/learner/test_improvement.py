@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from vnd_core.bundle import Bundle, content_id
+from vnd_core.compiled_rollout import compiled_graphs
 from vnd_core.dynamics import NominalModel
 from vnd_core.learner.continual import ContinualLearner, LearnerConfig
 from vnd_core.learner.improvement import ImprovementConfig
@@ -142,3 +144,44 @@ def test_a_withdrawn_round_leaves_the_previous_version_active():
     assert result.accepted and learner.active is result.bundle, result.reason
     learner.withdraw_improvement(result.bundle, previous)
     assert learner.active is previous and learner.status()["improvements_accepted"] == 0
+
+
+# ---- compiled training: built before flight, never rebuilt by an update or a round -------
+# A recompilation inside an update costs it tens of seconds on a cold machine, on the update that
+# learns the first new condition. Dynamo rebuilds a graph when a guard it took no longer holds
+# (a constant cache empty at warm-up and filled by the first fit; a policy compiled in eval mode
+# and trained in train mode); the test below fails on any of those.
+COMPILED = dataclasses.replace(
+    TINY,
+    trainer=dataclasses.replace(TINY.trainer, compile=True),
+    improvement=ImprovementConfig(enabled=True, round_iterations=2, min_gain_frac=0.0),
+)
+
+
+@pytest.mark.slow
+def test_updates_and_rounds_after_the_warm_up_compile_nothing():
+    torch.manual_seed(0)
+    learner = ContinualLearner(VEHICLE, COMPILED, base_bundle())
+    active_policy = {k: v.clone() for k, v in learner.active.policy.state_dict().items()}
+    rng_before = torch.random.get_rng_state()
+    report = learner.warm_up()
+    assert report.compiled
+    # the warm-up trains a copy on a scratch model: the active bundle and the seeded draws stay
+    assert all(
+        torch.equal(v, active_policy[k]) for k, v in learner.active.policy.state_dict().items()
+    )
+    assert torch.equal(torch.random.get_rng_state(), rng_before)
+    graphs = compiled_graphs()
+    learner.ingest(windy_records())
+    assert learner.should_update(100.0)
+    result = learner.update()
+    assert result.metrics, result.reason  # the update trained and was judged
+    if learner.should_improve():
+        learner.improve()
+    assert compiled_graphs() == graphs, "an update or round compiled again after the warm-up"
+
+
+def test_warm_up_does_nothing_when_the_trainer_runs_eager():
+    learner = ContinualLearner(VEHICLE, TINY, base_bundle())
+    report = learner.warm_up()
+    assert not report.compiled and report.graphs_built == 0

@@ -153,6 +153,8 @@ class VNDMethod(Method):
         """A fresh learner seeded with ``seed``."""
         config = dataclasses.replace(self.config, seed=seed)
         self.learner = ContinualLearner(self.initial.vehicle, config, self.initial)
+        # before take-off, as the flight worker does: the compiled training is not charged
+        self.learner.warm_up()
         return self.initial
 
     @property

@@ -134,6 +134,7 @@ class LearnerConfig:
                 horizon_ticks=32,
                 iterations=30,
                 learning_rate=3e-4,  # 1e-3 lost twice as much calm tracking for the same gain
+                compile=True,  # built before flight by ContinualLearner.warm_up (warmup.py)
             ),
             "validation": ValidationConfig(eval_rollouts=64, eval_ticks=100, hover_ticks=150),
             "improvement": ImprovementConfig(enabled=True),
@@ -151,6 +152,7 @@ class LearnerConfig:
                 horizon_ticks=32,
                 iterations=100,
                 learning_rate=1e-3,
+                compile=True,
             ),
             "validation": ValidationConfig(eval_rollouts=128, eval_ticks=150),
             "improvement": ImprovementConfig(enabled=True),

@@ -72,6 +72,7 @@ from vnd_core.learner.replay_view import (
     replay_dataset,
 )
 from vnd_core.learner.rounds import ImprovementRounds
+from vnd_core.learner.warmup import WarmUpReport, compile_policy_training
 from vnd_core.policy import PolicyNet
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.components import SUMMARY_KEY
@@ -123,6 +124,11 @@ class ContinualLearner:
         # The first optimiser built in a process imports torch's compiler stack (seconds);
         # pay that here, not inside the first timed update.
         torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+    def warm_up(self) -> WarmUpReport:
+        """Build the compiled policy training now (when the trainer compiles), so the first
+        update does not pay it; call once before flight (:mod:`warmup`)."""
+        return compile_policy_training(self._active, self.vehicle, self.config)
 
     # ------------------------------------------------------------------ state
     @property
