@@ -106,7 +106,7 @@ def time_iterations(trainer: PolicyTrainer, iterations: int) -> dict:
 
 def measure(make: TrainerFactory, config: TrainerConfig, iterations: int) -> dict:
     """Eager and compiled figures of one configuration."""
-    eager = make(config)
+    eager = make(dataclasses.replace(config, compile=False))
     for _ in range(2):  # warm-up: allocator and autograd caches
         eager.train_iteration()
     result = {"num_envs": config.num_envs, "eager": time_iterations(eager, iterations)}

@@ -17,7 +17,7 @@ from vnd_core.evaluation.continual_loop import (
     scale_scenario,
 )
 from vnd_core.evaluation.refit import RefitConfig, hover_deviation_on_model
-from vnd_core.evaluation.report import METHOD_ORDER, recovery_times
+from vnd_core.evaluation.report import METHOD_ORDER, phase_figures, recovery_times
 from vnd_core.evaluation.rma import RMAConfig
 from vnd_core.evaluation.suite import EvalConfig, evaluate
 from vnd_core.learner import LearnerConfig, ValidationConfig
@@ -177,6 +177,20 @@ def test_recovery_time_of_a_known_error_trace():
     assert clean["recovery_s"] == 0.0 and not clean["censored"]
 
 
+def test_phase_figures_average_each_phase_over_seeds():
+    def run(whole_m: float, settled_m: float) -> dict:
+        recovery = {
+            "phase": "wind",
+            "onset_s": 10.0,
+            "phase_rmse_m": whole_m,
+            "steady_m": settled_m,
+        }
+        return {"recoveries": [recovery]}
+
+    (wind,) = phase_figures([run(0.04, 0.01), run(0.06, 0.03)])
+    assert wind == {"phase": "wind", "onset_s": 10.0, "whole_m": 0.05, "settled_m": 0.02}
+
+
 def tiny_learner() -> LearnerConfig:
     """A learner that updates every second on a few windows with one-step budgets."""
     return LearnerConfig.quick(
@@ -212,10 +226,12 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
         assert row["scenario"] == "tiny_wind"
         assert row["rmse_m"] > 0 and row["rmse_m_std"] == 0.0 and 0 <= row["crash_rate"] <= 1
         assert row["recovery_s"] is not None and row["recovery_onsets"] == 1
+        (phase,) = row["phases"]  # the wind phase: whole and settled, from the same trace
+        assert phase["phase"] == "wind" and phase["settled_m"] > 0 and phase["whole_m"] > 0
     assert rows["base"]["updates"] == 0 and rows["vnd"]["updates"] >= 2
     assert rows["refit"]["updates"] >= 1  # every 3 s at the most: LOTF's cadence
     md = (tmp_path / "out" / "results.md").read_text()
-    assert "| tiny_wind | vnd |" in md and "recovery_s" in md
+    assert "| tiny_wind | vnd |" in md and "recovery_s" in md and "## Per phase" in md
     assert (tmp_path / "out" / "error_over_time.png").stat().st_size > 1000
     if rows["vnd"]["updates_accepted"]:
         assert (tmp_path / "out" / "latents_tiny_wind.png").exists()

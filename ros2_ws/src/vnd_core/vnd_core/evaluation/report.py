@@ -169,6 +169,7 @@ def aggregate(rows: Sequence[dict]) -> dict:
         "updates": float(np.mean([r["updates"] for r in rows])),
         "updates_accepted": float(np.mean([r["updates_accepted"] for r in rows])),
     }
+    out["phases"] = phase_figures(rows)
     walls = [w for r in rows for w in r["update_wall_s"]]
     out["update_wall_s_mean"] = float(np.mean(walls)) if walls else None
     last = [r["recoveries"][-1] for r in rows if r["recoveries"]]
@@ -178,6 +179,42 @@ def aggregate(rows: Sequence[dict]) -> dict:
         out["recovery_last_onset_censored"] = int(sum(rec["censored"] for rec in last))
         out["last_phase_rmse_m"] = float(np.mean([rec["phase_rmse_m"] for rec in last]))
     return out
+
+
+def phase_figures(rows: Sequence[dict]) -> list[dict]:
+    """Per phase that starts after t = 0, in scenario order: the phase's RMSE (whole) and its
+    second half's (settled: what the method flies once it has adapted), mean over seeds."""
+    if not rows or any(len(r["recoveries"]) != len(rows[0]["recoveries"]) for r in rows):
+        return []
+    figures = []
+    for i, first in enumerate(rows[0]["recoveries"]):
+        figures.append(
+            {
+                "phase": first["phase"],
+                "onset_s": first["onset_s"],
+                "whole_m": float(np.mean([r["recoveries"][i]["phase_rmse_m"] for r in rows])),
+                "settled_m": float(np.mean([r["recoveries"][i]["steady_m"] for r in rows])),
+            }
+        )
+    return figures
+
+
+def phases_markdown(results: list[dict]) -> list[str]:
+    """The per-phase table (whole phase / settled RMSE) of every method and scenario."""
+    lines = [
+        "## Per phase",
+        "",
+        "Phase RMSE over the whole phase / over its second half (settled), mean over seeds, in m.",
+        "",
+        "| scenario | method | phases (whole / settled) |",
+        "|---|---|---|",
+    ]
+    for r in results:
+        cells = ", ".join(
+            f"{p['phase']} {p['whole_m']:.3f} / {p['settled_m']:.3f}" for p in r.get("phases", [])
+        )
+        lines.append(f"| {r['scenario']} | {r['method']} | {cells} |")
+    return [*lines, ""]
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -220,6 +257,7 @@ def results_markdown(results: list[dict], extra: dict) -> str:
         )
     lines += ["", "Values are mean ± standard deviation over seeds (recovery: over every phase "]
     lines += ["onset of every seed).", ""]
+    lines += phases_markdown(results)
     for key, title in (("headline", "Headline comparisons"), ("latent", "Latents")):
         if extra.get(key):
             lines += [f"## {title}", "", "```json", json.dumps(json_safe(extra[key]), indent=2)]
