@@ -45,6 +45,7 @@ def timed_updates(
     """``count`` consecutive update cycles on the same replay, starting from ``base``; returns
     their results and the learner's active bundle at the end."""
     learner = ContinualLearner(base.vehicle, config, base)
+    learner.warm_up()  # as the worker does before flight: the compiled training is not timed
     learner.ingest(records)
     results = [learner.update() for _ in range(count)]
     return results, learner.active
