@@ -179,6 +179,34 @@ def test_the_reference_waits_at_its_start_until_the_policy_flies(vehicle):
     assert not np.array_equal(later.reference, record.reference)  # flying: the clock runs
 
 
+def test_the_policy_takes_off_on_a_reference_that_starts_at_the_vehicle(vehicle):
+    # On the stand at rest at the figure-eight's start point, the scheduled reference already
+    # moves at about 1.6 m/s: the policy must start on a reference at rest at the vehicle and
+    # converge onto the schedule, not answer a velocity step with its largest rates.
+    ctl = controller(vehicle, kind="figure8")
+    bundle = bundle_of(vehicle, 1)
+    now = T0_NS
+    record = ctl.tick(now, hover_state(), now, None, None)
+    assert record.mode == Mode.IDLE
+    scheduled = record.reference
+    at_rest = hover_state()
+    at_rest[0:3] = scheduled[0:3]  # on the stand at the start point
+    assert np.linalg.norm(scheduled[3:6]) > 1.0  # the schedule starts moving
+    now += PERIOD_NS
+    record = ctl.tick(now, at_rest, now, bundle, None)
+    assert record.mode == Mode.POLICY
+    np.testing.assert_allclose(ctl.tracked_reference[0], at_rest[0:3], atol=1e-9)
+    np.testing.assert_allclose(ctl.tracked_reference[1], 0.0, atol=1e-9)  # at rest
+    settle_s = 8.0 * SafetyConfig().rejoin_time_constant_s + 0.1
+    follower = at_rest.copy()
+    for _ in range(round(settle_s * 1e9 / PERIOD_NS)):  # a vehicle that tracks perfectly
+        follower[0:3], follower[7:10] = ctl.tracked_reference[0], ctl.tracked_reference[1]
+        now += PERIOD_NS
+        record = ctl.tick(now, follower, now, bundle, None)
+        assert record.mode == Mode.POLICY, record.reasons
+    np.testing.assert_allclose(ctl.tracked_reference[0], record.reference[0:3], atol=1e-9)
+
+
 # ---------------------------------------------------------------- rehearsal (cache warming)
 
 

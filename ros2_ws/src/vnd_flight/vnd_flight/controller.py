@@ -18,9 +18,11 @@ active bundle (swapped between ticks by the node) and the latest latent. It
   flies on the safety filter's prediction of the state now (the last good odometry through
   every command sent since) rather than on a repeat of its last input: a policy fed the same
   state tick after tick keeps turning open-loop until the fallback takes over;
-- while a fallback flies the vehicle, re-aims the policy's reference at the vehicle's own
-  position and velocity (``vnd_flight.rejoin``), so when the policy takes over again it
-  converges onto the scheduled reference instead of flying a step at the edge of its envelope.
+- while the policy does not fly the vehicle (IDLE before take-off, or a fallback), re-aims the
+  policy's reference at the vehicle's own position and velocity (``vnd_flight.rejoin``), so
+  when the policy takes over it converges onto the scheduled reference instead of flying a
+  step at the edge of its envelope: a vehicle at rest on the stand does not start on a
+  figure-eight already moving at its full speed.
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from vnd_flight.rejoin import ReferenceRejoin
 from vnd_flight.safety import SafetyFilter
 from vnd_flight.safety_config import SafetyConfig
 
-# Modes in which a fallback flies the vehicle: the policy's reference rejoins from the vehicle.
-REJOIN_MODES = frozenset({Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND})
+# Modes in which the policy does not fly the vehicle (it waits on the stand or in another
+# controller's hover, or a fallback flies it): when the policy takes over, its reference starts
+# at the vehicle and rejoins the scheduled one.
+REJOIN_MODES = frozenset({Mode.IDLE, Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND})
 
 # Reasons counted in PolicyController.counters (besides the safety filter's own).
 LATENT_MISSING = "latent_missing"  # no latent received yet

@@ -14,7 +14,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -155,7 +155,7 @@ def aggregate(rows: Sequence[dict]) -> dict:
     max_err = np.array([r["max_error_m"] for r in rows])
     recoveries = [rec for r in rows for rec in r["recoveries"]]
     rec_values = np.array([rec["recovery_s"] for rec in recoveries])
-    out = {
+    out: dict[str, Any] = {
         "rmse_m": float(rmse.mean()),
         "rmse_m_std": float(rmse.std()),
         "max_error_m": float(max_err.mean()),
