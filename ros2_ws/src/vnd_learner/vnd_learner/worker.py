@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"({warm.graphs_built} graphs)",
                 file=sys.stderr,
             )
-    except Exception:  # eager training still works; the first update compiles instead
+    except Exception:  # not fatal here: the first update compiles, and reports it if it fails
         traceback.print_exc()
     channel.send("ready", meta={"pid": os.getpid(), "bundle": args.bundle, "config": args.config})
     return serve(learner, channel, inbox)
