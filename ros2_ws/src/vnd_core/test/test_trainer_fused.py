@@ -69,12 +69,16 @@ def plain_residual(model: VNDModel, inputs: torch.Tensor, z: torch.Tensor) -> to
         gamma, beta = film[:, offset : offset + size], film[:, offset + size : offset + 2 * size]
         offset += 2 * size
         h = torch.nn.functional.elu((1.0 + gamma) * layer(h) + beta)
-    return res.head(h) * res.target_std
+    out = res.head(h)
+    if res.latent_head is not None:  # the body-rate offset, of z alone
+        out = torch.cat([out, res.latent_head(z)], dim=-1)
+    return out * res.target_std
 
 
 def plain_anchored(model: VNDModel, bound: torch.Tensor, region: TrustRegion):
-    """prior ⊕ mask · clip(D(clamp(s, a), z)) with the bare prior for z = 0, all per call."""
-    mask = torch.tensor([1.0] * 3 + [0.0] * 3 + [1.0] * 3 + [0.0] * 3)
+    """prior ⊕ mask · clip(D(clamp(s, a), z)) with the bare prior for z = 0, all per call; the
+    mask keeps position, velocity and body rates (the learner's default components)."""
+    mask = torch.tensor([1.0] * 3 + [0.0] * 3 + [1.0] * 3 + [1.0] * 3)
     model.requires_grad_(False)
 
     def dynamics(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -143,12 +147,12 @@ def test_fused_window_trains_like_the_plain_reference_on_the_prior_with_lag_and_
 
 def test_fused_window_trains_like_the_plain_reference_on_the_learned_model():
     """The learner's path: FiLM residual bound once per window, anchors, clip, trust, forces
-    only; lags and drag off (the on-model environment)."""
+    and rate offsets; lags and drag off (the on-model environment)."""
     model = loud_model()
     bound = torch.full((12,), 0.05)
     config = on_model_environment(SMALL)
     sampler = anchored_latent(8, 0.25, torch.randn(20, 8), 0.5)
-    fused_dyn = anchored_dynamics(model, bound, "translational", trust_region=REGION)
+    fused_dyn = anchored_dynamics(model, bound, "translational_rates", trust_region=REGION)
     fused = run(PolicyTrainer, config, fused_dyn, sampler, 4)
     plain = run(PlainTrainer, config, plain_anchored(model, bound, REGION), sampler, 4)
     assert not fused[2].has_lag and not fused[2].has_drag
@@ -185,7 +189,7 @@ def test_compiled_window_matches_eager_and_a_second_update_reuses_the_graph():
     bound = torch.full((12,), 0.05)
     sampler = anchored_latent(8, 0.25, torch.randn(20, 8), 0.5)
     model = loud_model()
-    dynamics = anchored_dynamics(model, bound, "translational", trust_region=REGION)
+    dynamics = anchored_dynamics(model, bound, "translational_rates", trust_region=REGION)
     eager = run(PolicyTrainer, config, dynamics, sampler, 3)
     graphs_before = compiled_graphs()
     compiled = run(PolicyTrainer, compiled_config, dynamics, sampler, 3)

@@ -9,8 +9,8 @@ Data: synthetic calm flight (the prior's own physics with random smooth commands
 window is calm), in which the prior predicts the attitude exactly. A model whose residual is
 about zero passes the rotation gate; the same model with a constant rotational correction (a
 drift of the kind a rate-loop lag fitted from motion capture gives) is rejected, the reason
-naming the model's and the prior's figures. With the translational components (the default)
-the attitude is the prior's and the gate has nothing to check.
+naming the model's and the prior's figures. With the translational components the attitude is
+the prior's and the gate has nothing to check; with the default's rate offsets it checks them.
 """
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def _drifting(model: VNDModel, rad_per_tick: float) -> VNDModel:
     drifting = copy.deepcopy(model)
     head = [m for m in drifting.residual.head.modules() if isinstance(m, torch.nn.Linear)][-1]
     with torch.no_grad():
-        bias = torch.zeros(12)
+        bias = torch.zeros(head.bias.shape[0])  # the state-dependent outputs, rotation included
         bias[RES_ROT.start] = rad_per_tick
-        head.bias.copy_(bias / drifting.residual.target_std)
+        head.bias.copy_(bias / drifting.residual.target_std[: len(bias)])
     return drifting
 
 
@@ -74,15 +74,23 @@ def test_a_drifting_rotational_residual_is_rejected_with_its_figures(calm):
     assert f"tilt error {figures['model_tilt_deg']:.2f} deg" in reason
     assert f"(prior {figures['prior_tilt_deg']:.2f} deg)" in reason
     assert f"{figures['calm_windows']} replay windows" in reason
-    # the policy trains against the translational part only: the drift never reaches it
-    assert rotation_worse_than_prior(drifting, dataset, ValidationConfig()) == (None, {})
+    # a policy trained against forces alone never meets the drift: nothing to check
+    assert rotation_worse_than_prior(drifting, dataset, ValidationConfig(), "translational") == (
+        None,
+        {},
+    )
+    # nor does one trained against forces and rate offsets (the default): checked, and passed
+    reason, figures = rotation_worse_than_prior(drifting, dataset, ValidationConfig())
+    assert reason is None and figures["model_tilt_deg"] == pytest.approx(
+        figures["prior_tilt_deg"], abs=0.5
+    )
 
 
 def test_the_translational_set_keeps_the_prior_attitude_and_rates(calm):
     model, dataset = calm
     drifting = _drifting(model, 0.005)
     starts = dataset.window_starts(model.context_len, 10)
-    translational = window_errors(drifting, dataset, starts, 10)
+    translational = window_errors(drifting, dataset, starts, 10, "translational")
     full = window_errors(drifting, dataset, starts, 10, "full")
     assert translational["model"]["tilt_rad"] == pytest.approx(translational["prior"]["tilt_rad"])
     assert full["model"]["tilt_rad"] > 10 * full["prior"]["tilt_rad"] + 1e-3
@@ -115,7 +123,7 @@ def test_a_learner_training_on_the_full_residual_gates_its_rotation():
         LearnerConfig.quick(residual_components="all").validate()
 
 
-def test_a_bundle_records_its_components_or_means_the_default():
+def test_a_bundle_records_its_components_or_means_the_set_before_the_record():
     assert recorded_components({}) == "translational"
     assert recorded_components({SUMMARY_KEY: "full"}) == "full"
     with pytest.raises(ValueError, match="'rotational'"):

@@ -11,7 +11,7 @@ from vnd_core.learner.validation import (
     ValidationConfig,
 )
 from vnd_core.trainer import TrainerConfig
-from vnd_core.vnd.components import check_components
+from vnd_core.vnd.components import DEFAULT_COMPONENTS, check_components
 from vnd_core.vnd.fit import FitConfig
 from vnd_core.vnd.model import VNDModelConfig
 
@@ -49,7 +49,7 @@ class LearnerConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)  # policy training per update
     anchor_fraction: float = 0.2  # training episodes flown on the prior with z = 0
     pool_fraction: float = 0.8  # other episodes whose z is a re-encoded replay latent
-    residual_components: str = "translational"  # residual parts the policy trains against
+    residual_components: str = DEFAULT_COMPONENTS  # residual parts the policy trains against
     validation: ValidationConfig = field(default_factory=ValidationConfig)  # candidate gates
     # policy training between model updates (improvement.py)
     improvement: ImprovementConfig = field(default_factory=ImprovementConfig)

@@ -80,10 +80,16 @@ def start_model(
     config: LearnerConfig,
 ) -> VNDModel:
     """The model ``carried`` from a preempted update of the same active version, else a copy of
-    the active model (warm start), else a fresh default one, seeded."""
+    the active model (warm start), else a fresh one of ``config.model``, seeded. An active
+    model built without the rate-offset head the config asks for (a bundle from before the
+    head existed) is not warm-started: its state-dependent rate residual never passes the
+    rotation gate."""
     if carried is not None and carried[0] == active.version:
         return carried[1]
-    if active.model is not None:
+    if (
+        active.model is not None
+        and active.model.config.rate_offset_head == config.model.rate_offset_head
+    ):
         return copy.deepcopy(active.model)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)

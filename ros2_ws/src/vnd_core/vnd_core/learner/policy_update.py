@@ -16,11 +16,12 @@ its drag and lag, and adding them a second time trains a policy for a more slugg
 than the one it flies (measured: calm figure-eight 0.046 m instead of 0.024 m on the true
 plant). The random command delay stays (:func:`on_model_environment`).
 
-Which residual components drive the training rollouts is a choice (``components``): the
-translational ones (position and velocity: forces such as wind, payload, lost thrust) by
-default. The rotational ones, learned from 50 Hz motion capture, mostly hold the rate loop's
-lag and filter artefacts; a policy trained against them learns to fight torques the vehicle
-does not have (measured: it flew the recurring-wind schedule worse than with forces alone).
+Which residual components drive the training rollouts is a choice (``components``,
+:mod:`vnd_core.vnd.components`): by default position and velocity (forces such as wind,
+payload, lost thrust) and the per-condition body-rate offset of the rate-offset head (the
+torque of an offset centre of mass or a weak rotor). A state-dependent rotational residual,
+learned from 50 Hz motion capture, mostly holds the rate loop's lag and filter artefacts; a
+policy trained against it learns to fight torques the vehicle does not have.
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ from vnd_core.policy import PolicyNet
 from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.components import COMPONENT_MASKS, check_components, compose
+from vnd_core.vnd.components import (
+    COMPONENT_MASKS,
+    DEFAULT_COMPONENTS,
+    check_components,
+    compose,
+)
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.features import dynamics_input
 from vnd_core.vnd.model import INPUT_STD_FLOOR, VNDModel
@@ -55,7 +61,7 @@ def train_policy_on_model(
     latent_pool: torch.Tensor | None = None,
     pool_fraction: float = 0.5,
     pool_weights: torch.Tensor | None = None,
-    components: str = "translational",
+    components: str = DEFAULT_COMPONENTS,
     *,
     trust_region: TrustRegion,
 ) -> dict:

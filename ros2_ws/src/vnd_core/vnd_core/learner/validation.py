@@ -58,7 +58,7 @@ from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import POS, QUAT, VEL, hover_state
 from vnd_core.trainer import Dynamics, prior_dynamics
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.components import DEFAULT_COMPONENTS, check_components
+from vnd_core.vnd.components import DEFAULT_COMPONENTS, moves_attitude
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.metrics import evenly_spread, open_loop_errors, window_errors
 from vnd_core.vnd.model import VNDModel
@@ -342,9 +342,9 @@ def rotation_worse_than_prior(
     """Gate 3b: (reason or None, figures) of the model's tilt and attitude errors after
     ``rotation_check_horizon`` open-loop steps on the calm replay windows (the prior's mean
     velocity error over the context below ``calm_accel_mps2``) against the prior's. Only a
-    model whose policy trains against the rotational residual (``components`` "full") is
-    checked; no calm window long enough: no check."""
-    if check_components(components) == "translational":
+    model whose policy trains against a residual of the attitude or body rates is checked
+    (``components`` "translational_rates" or "full"); no calm window long enough: no check."""
+    if not moves_attitude(components):
         return None, {}
     horizon, context_len = config.rotation_check_horizon, model.context_len
     starts = dataset.window_starts(context_len, horizon)

@@ -167,6 +167,8 @@ def fit_vnd(
     if window:
         history.append(_mean_losses(window, step))
     model.eval()
+    if model.residual.latent_head is not None:
+        _solve_latent_head(model, dataset, starts, config)
     latents = model.encode_all(dataset) if config.encode_after and config.use_latent else None
     return FitReport(
         steps=step,
@@ -177,6 +179,37 @@ def fit_vnd(
         num_windows=len(starts),
         latents=latents,
     )
+
+
+@torch.no_grad()
+def _solve_latent_head(
+    model: VNDModel, dataset: TransitionDataset, starts: torch.Tensor, config: FitConfig
+) -> None:
+    """Refit the last layer of the residual's latent-only head by least squares on every
+    window: its outputs become the conditional mean of their targets given the latent's
+    features, free of the batch-to-batch noise a stochastic optimiser leaves."""
+    residual = model.residual
+    k = residual.latent_only_dims
+    last = residual.latent_head[-1]
+    features, means = [], []
+    for part in starts.split(4096):
+        batch = dataset.gather(part, model.context_len, config.horizon)
+        z = (
+            model.encoder(batch.context)
+            if config.use_latent
+            else batch.context.new_zeros(len(part), model.latent_dim)
+        )
+        features.append(residual.latent_head[:-1](z))
+        means.append((batch.targets[..., -k:] / residual.target_std[-k:]).mean(dim=1))
+    x = torch.cat(features)
+    x = torch.cat([x, torch.ones(len(x), 1)], dim=1).double()
+    y = torch.cat(means).double()
+    penalty = torch.eye(x.shape[1], dtype=x.dtype)
+    penalty[-1, -1] = 0.0  # the intercept is not shrunk: the mean offset stays unbiased
+    gram = x.T @ x + LATENT_HEAD_RIDGE * len(x) * penalty
+    solution = torch.linalg.solve(gram, x.T @ y)  # (F + 1, k)
+    last.weight.copy_(solution[:-1].T.float())
+    last.bias.copy_(solution[-1].float())
 
 
 def _focus_starts(starts: torch.Tensor, focus: torch.Tensor | None) -> torch.Tensor:
@@ -258,6 +291,9 @@ def _sensitivity(
         model.vehicle.mass_kg,
         model.prior.config.dt_s,
     )
+
+
+LATENT_HEAD_RIDGE = 1e-2  # ridge weight per window of the latent-only head's least squares
 
 
 def _reinitialise(model: VNDModel, seed: int) -> None:

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from vnd_core.nn import Normalizer, mlp
+
+
+class Modulation(NamedTuple):
+    """What a latent contributes to the residual, computed once per latent."""
+
+    layers: tuple[tuple[torch.Tensor, torch.Tensor], ...]  # per hidden layer (1 + gamma, beta)
+    latent_out: torch.Tensor | None  # (..., latent_only_dims) the outputs of z alone
 
 
 class FiLMResidual(nn.Module):
@@ -34,6 +42,7 @@ class FiLMResidual(nn.Module):
         hidden: Sequence[int],
         film_hidden: int,
         out_gain: float,
+        latent_only_dims: int = 0,
     ) -> None:
         super().__init__()
         if not hidden:
@@ -45,10 +54,18 @@ class FiLMResidual(nn.Module):
         self.hidden_sizes = list(hidden)
         # Small initial FiLM output: modulation starts near identity but z still gets gradient.
         self.film = mlp(latent_dim, [film_hidden], 2 * sum(hidden), out_gain=0.1)
-        self.head = mlp(hidden[-1], [], out_dim, out_gain=out_gain)
+        self.latent_only_dims = latent_only_dims
+        self.head = mlp(hidden[-1], [], out_dim - latent_only_dims, out_gain=out_gain)
+        # The last outputs as a function of z alone: a per-condition offset that no state can
+        # move (the body-rate offset a torque disturbance leaves under the rate loop).
+        self.latent_head = (
+            mlp(latent_dim, [film_hidden], latent_only_dims, out_gain=out_gain)
+            if latent_only_dims
+            else None
+        )
         self.activation = nn.ELU()
 
-    def modulation(self, z: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    def modulation(self, z: torch.Tensor) -> Modulation:
         """FiLM terms of latents ``z`` (..., nz): per hidden layer ``(1 + gamma, beta)``, each
         (..., size).
 
@@ -63,14 +80,15 @@ class FiLMResidual(nn.Module):
             beta = film[..., offset + size : offset + 2 * size]
             offset += 2 * size
             terms.append((1.0 + gamma, beta))
-        return tuple(terms)
+        offset_out = self.latent_head(z) if self.latent_head is not None else None
+        return Modulation(layers=tuple(terms), latent_out=offset_out)
 
     def normalized(
         self,
         inputs: torch.Tensor,
         z: torch.Tensor | None = None,
         *,
-        modulation: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+        modulation: Modulation | None = None,
     ) -> torch.Tensor:
         """Correction in units of ``target_std`` (..., out_dim) of raw inputs and latents.
 
@@ -83,16 +101,20 @@ class FiLMResidual(nn.Module):
             # serve all its K inputs, and the backward pass stays at the size of z.
             modulation = self.modulation(z)
         h = self.input_normalizer(inputs)
-        for layer, (scale, shift) in zip(self.layers, modulation, strict=True):
+        for layer, (scale, shift) in zip(self.layers, modulation.layers, strict=True):
             h = self.activation(torch.addcmul(shift, scale, layer(h)))
-        return self.head(h)
+        out = self.head(h)
+        if modulation.latent_out is None:
+            return out
+        tail = modulation.latent_out.expand(*out.shape[:-1], self.latent_only_dims)
+        return torch.cat([out, tail], dim=-1)
 
     def forward(
         self,
         inputs: torch.Tensor,
         z: torch.Tensor | None = None,
         *,
-        modulation: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None,
+        modulation: Modulation | None = None,
     ) -> torch.Tensor:
         """Correction in physical units (..., out_dim); ``z`` or its :meth:`modulation`."""
         return self.normalized(inputs, z, modulation=modulation) * self.target_std

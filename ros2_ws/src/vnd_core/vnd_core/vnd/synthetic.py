@@ -11,7 +11,7 @@ import torch
 
 from vnd_core import so3
 from vnd_core.dynamics import NominalModel
-from vnd_core.state import ACTION_DIM, POS, QUAT, VEL, hover_state
+from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, VEL, hover_state
 from vnd_core.vnd.data import Segment
 
 
@@ -39,9 +39,12 @@ def simulate_with_forces(
     thrust_noise_n: float = 1.0,
     rate_noise_radps: float = 0.6,
     level_gain: float = 2.0,
+    rate_kicks_radps: torch.Tensor | None = None,
 ) -> list[Segment]:
     """One segment of ``ticks`` states per row of ``forces_n`` (S, 3), flown in parallel by the
     prior plus that constant world force (N); segment i gets label ``labels[i]`` (default i).
+    ``rate_kicks_radps`` (S, 3), when given, is added to the body rates after every step: what
+    a constant torque leaves under the prior's rate loop.
 
     Actions: hover thrust plus smooth noise, body rates that pull the attitude back to level
     (gain ``level_gain`` 1/s on the body-frame tilt) plus smooth noise, so the vehicle explores
@@ -66,6 +69,8 @@ def simulate_with_forces(
         state = prior(state, actions[t])
         state[:, POS] += 0.5 * accel * dt_s**2
         state[:, VEL] += accel * dt_s
+        if rate_kicks_radps is not None:
+            state[:, OMEGA] += rate_kicks_radps.float()
         states[t + 1] = state
     return [
         Segment(states=states[:, i], actions=actions[:, i], labels=torch.full((ticks,), labels[i]))

@@ -60,10 +60,10 @@ def _evaluate(replay, bundle: str, out, *extra: str) -> dict:
     return json.loads(out.read_text())
 
 
-def test_by_default_the_translational_residual_is_scored_with_every_error_kind(
+def test_a_bundle_without_a_record_is_scored_translational_with_every_error_kind(
     replay, tmp_path, capsys
 ):
-    bundle = _bundle(replay, tmp_path / "v2.safetensors", {})  # no record: the default
+    bundle = _bundle(replay, tmp_path / "v2.safetensors", {})  # no record: an older bundle
     png = tmp_path / "errors.png"
     report = _evaluate(replay, bundle, tmp_path / "eval.json", "--png", str(png))
     assert report["components"] == report["recorded_components"] == "translational"

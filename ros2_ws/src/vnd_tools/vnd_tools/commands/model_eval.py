@@ -8,8 +8,9 @@ averaged over windows (:func:`vnd_core.vnd.open_loop_errors`), overall and per r
 (``errors`` and ``per_segment``) and, with ``--png``, drawn.
 
 The model is scored as the policy uses it: with the residual components recorded in the bundle
-(:mod:`vnd_core.vnd.components`; by default the translational ones, attitude and rates from
-the prior). ``--components full`` scores every component instead, for diagnosis.
+(:mod:`vnd_core.vnd.components`: a learner's bundle by default records position, velocity and
+the per-condition body-rate offset; a bundle that records none was trained against position
+and velocity only). ``--components full`` scores every component instead, for diagnosis.
 ``--latents`` exports the latent of every complete context with the stamp of the tick it
 serves (the newest state of its context).
 """
