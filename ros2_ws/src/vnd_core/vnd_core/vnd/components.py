@@ -52,7 +52,7 @@ def moves_attitude(components: str) -> bool:
     """Whether ``components`` change the prior's attitude or body rates (so the rotation gate
     has something to check)."""
     mask = COMPONENT_MASKS[check_components(components)]
-    return any(mask[RES_ROT]) or any(mask[RES_OMEGA])
+    return any(mask[i] for i in (*range(12)[RES_ROT], *range(12)[RES_OMEGA]))
 
 
 def add_translational(predicted: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:

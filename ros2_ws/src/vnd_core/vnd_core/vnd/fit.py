@@ -167,8 +167,7 @@ def fit_vnd(
     if window:
         history.append(_mean_losses(window, step))
     model.eval()
-    if model.residual.latent_head is not None:
-        _solve_latent_head(model, dataset, starts, config)
+    _solve_latent_head(model, dataset, starts, config)
     latents = model.encode_all(dataset) if config.encode_after and config.use_latent else None
     return FitReport(
         steps=step,
@@ -189,8 +188,13 @@ def _solve_latent_head(
     window: its outputs become the conditional mean of their targets given the latent's
     features, free of the batch-to-batch noise a stochastic optimiser leaves."""
     residual = model.residual
+    head = residual.latent_head
+    if head is None:
+        return
     k = residual.latent_only_dims
-    last = residual.latent_head[-1]
+    hidden, last = head[:-1], head[-1]
+    if not isinstance(last, torch.nn.Linear):
+        raise TypeError(f"the latent-only head must end in a linear layer, not {last!r}")
     features, means = [], []
     for part in starts.split(4096):
         batch = dataset.gather(part, model.context_len, config.horizon)
@@ -199,7 +203,7 @@ def _solve_latent_head(
             if config.use_latent
             else batch.context.new_zeros(len(part), model.latent_dim)
         )
-        features.append(residual.latent_head[:-1](z))
+        features.append(hidden(z))
         means.append((batch.targets[..., -k:] / residual.target_std[-k:]).mean(dim=1))
     x = torch.cat(features)
     x = torch.cat([x, torch.ones(len(x), 1)], dim=1).double()
