@@ -251,6 +251,7 @@ TINY_LEARNER = {
         "model_margin_frac": 1e6,
         "cost_margin_m": 1e6,
         "hover_max_dev_m": 1e6,
+        "rotation_margin_frac": 1e6,  # 20 fit steps place no rate offset within the gate's 10 %
         "behaviour_check": False,  # the untrained test policies cannot hover
     },
     # these tests count model updates; policy improvement rounds have a test of their own

@@ -41,11 +41,7 @@ def bundle_knowing(records: TickRecords) -> Bundle:
     """A bundle whose model's residual is the mean prior error of ``records`` (whatever z)."""
     model = VNDModel(VEHICLE, VNDModelConfig(latent_dim=4))
     dataset = TransitionDataset(model.prior, to_segments(records, PERIOD_S), 2)
-    with torch.no_grad():
-        model.residual.head[-1].weight.zero_()
-        model.residual.head[-1].bias.copy_(
-            dataset.tensors()["targets"].mean(dim=0) / model.residual.target_std
-        )
+    model.residual.set_constant(dataset.tensors()["targets"].mean(dim=0))
     torch.manual_seed(0)
     policy = PolicyNet(VEHICLE, PolicyConfig(latent_dim=4, hidden=(16, 16)))
     return Bundle(3, 2, policy, VEHICLE, model=model)

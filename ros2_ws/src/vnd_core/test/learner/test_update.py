@@ -107,9 +107,7 @@ def constant_force_model(records: TickRecords) -> VNDModel:
     model = VNDModel(VEHICLE, VNDModelConfig(latent_dim=4, context_len=CONTEXT_LEN))
     dataset = TransitionDataset(model.prior, to_segments(records, PERIOD_S), 2)
     mean_error = dataset.tensors()["targets"].mean(dim=0)
-    with torch.no_grad():
-        model.residual.head[-1].weight.zero_()
-        model.residual.head[-1].bias.copy_(mean_error / model.residual.target_std)
+    model.residual.set_constant(mean_error)
     return model
 
 

@@ -65,6 +65,24 @@ class FiLMResidual(nn.Module):
         )
         self.activation = nn.ELU()
 
+    @torch.no_grad()
+    def set_constant(self, value: torch.Tensor) -> None:
+        """Make the residual output ``value`` (out_dim,), physical units, whatever the inputs
+        and z (a known correction, e.g. a condition's mean prior error)."""
+        normalized = value / self.target_std
+        outputs: list[tuple[nn.Module, torch.Tensor]] = [(self.head[-1], normalized)]
+        if self.latent_head is not None:
+            split = len(normalized) - self.latent_only_dims
+            outputs = [
+                (self.head[-1], normalized[:split]),
+                (self.latent_head[-1], normalized[split:]),
+            ]
+        for layer, part in outputs:
+            if not isinstance(layer, nn.Linear):
+                raise TypeError(f"the residual's output layers must be linear, not {layer!r}")
+            layer.weight.zero_()
+            layer.bias.copy_(part)
+
     def modulation(self, z: torch.Tensor) -> Modulation:
         """FiLM terms of latents ``z`` (..., nz): per hidden layer ``(1 + gamma, beta)``, each
         (..., size).

@@ -390,7 +390,8 @@ def test_learn_runs_on_an_imported_bag(flight, tmp_path, capsys):
     argv += ["--preset", "quick", "--vehicle", "agile", "--fit-steps", "30"]
     argv += ["--train-iterations", "2", "--summary", str(tmp_path / "s.json")]
     code = learn.run(parser.parse_args(argv))
-    assert "input ticks: 399, every data check passed" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "input ticks: 399, every data check passed" in printed
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["ticks_read"] == 399 and summary["ticks_stored"] == 399
     assert summary["metrics"]["fit"]["steps"] == 30
@@ -398,7 +399,7 @@ def test_learn_runs_on_an_imported_bag(flight, tmp_path, capsys):
         assert load_bundle(bundle).version == 2
     else:  # a rejected candidate is reported and not written
         assert code == learn.EXIT_REJECTED and not bundle.exists()
-        assert "rejected" in capsys.readouterr().out
+        assert "rejected" in printed
 
 
 def test_command_delay_follows_the_log(flight):
