@@ -169,7 +169,7 @@ def main() -> None:
     dataset = replay_dataset(
         learner.replay, config, learner.label_ids, model.prior, model.config.action_delay_ticks
     )
-    latents = model.encode_all(dataset)
+    latents = model.encode_all(dataset, horizon=1)  # each window's next transition exists
     label = learner.label_ids[args.condition]
     chosen = latents.labels == label
     rows = (latents.starts + model.context_len)[chosen]
