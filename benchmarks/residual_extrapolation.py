@@ -39,7 +39,7 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from residual_gap import phase_rmse
+from residual_gap import encoded_replay, phase_rmse
 from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.evaluation.continual_loop import (
     LATENT_ENCODER,
@@ -49,8 +49,6 @@ from vnd_core.evaluation.continual_loop import (
     run_method,
 )
 from vnd_core.learner.config import LearnerConfig
-from vnd_core.learner.continual import ContinualLearner
-from vnd_core.learner.replay_view import replay_dataset
 from vnd_core.scenario import load_scenario
 from vnd_core.vnd.model import VNDModel
 
@@ -67,20 +65,14 @@ class ReplayView:
     latents: dict[str, torch.Tensor]  # per condition: each window's latent (M, nz)
 
 
-def replay_view(bundle: Bundle, config: LearnerConfig, run: RunResult) -> ReplayView:
-    """``run``'s records as the learner's replay, encoded by ``bundle``'s model, in time order
-    per condition."""
-    model = bundle.model
-    if model is None:
-        raise SystemExit("the final bundle carries no model: nothing to measure")
-    learner = ContinualLearner(bundle.vehicle, config, bundle)
-    learner.ingest(run.records)
-    dataset = replay_dataset(
-        learner.replay, config, learner.label_ids, model.prior, model.config.action_delay_ticks
-    )
-    latents = model.encode_all(dataset, horizon=1)  # each window's next transition exists
+def replay_view(
+    bundle: Bundle, model: VNDModel, config: LearnerConfig, run: RunResult
+) -> ReplayView:
+    """``run``'s records as the learner's replay, encoded by ``model`` (``bundle``'s), in time
+    order per condition."""
+    dataset, latents, label_ids = encoded_replay(bundle, model, config, run.records)
     view = ReplayView(tensors=dataset.tensors(), rows={}, latents={})
-    for name, label in learner.label_ids.items():
+    for name, label in label_ids.items():
         chosen = latents.labels == label
         rows = latents.starts[chosen] + model.context_len
         order = torch.argsort(rows)
@@ -188,8 +180,8 @@ def main() -> None:
     model = bundle.model
     if model is None:
         raise SystemExit("the final bundle carries no model: nothing to measure")
-    learned_view = replay_view(bundle, config, learned)
-    probe_view = replay_view(bundle, config, frozen)
+    learned_view = replay_view(bundle, model, config, learned)
+    probe_view = replay_view(bundle, model, config, frozen)
     if args.condition not in probe_view.rows:
         raise SystemExit(
             f"{args.probe} has no condition {args.condition!r}: {sorted(probe_view.rows)}"

@@ -27,7 +27,7 @@ import sys
 import numpy as np
 import torch
 from vnd_core import so3
-from vnd_core.bundle import load_bundle, shipped_bundle_path
+from vnd_core.bundle import Bundle, load_bundle, shipped_bundle_path
 from vnd_core.evaluation.continual_loop import VNDMethod, run_method
 from vnd_core.learner.config import LearnerConfig
 from vnd_core.learner.continual import ContinualLearner
@@ -38,6 +38,7 @@ from vnd_core.learner.policy_update import (
     on_model_environment,
     residual_bound,
 )
+from vnd_core.learner.records import TickRecords
 from vnd_core.learner.replay_view import replay_dataset
 from vnd_core.policy import PolicyNet
 from vnd_core.scenario import Scenario, WindEvent, load_scenario
@@ -45,7 +46,8 @@ from vnd_core.state import QUAT, VEL
 from vnd_core.trainer import PolicyTrainer
 from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.model import VNDModel
+from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.model import EncodedLatents, VNDModel
 
 ROLLOUT_WINDOWS = 12  # training windows rolled out (the policy is a copy and is not kept)
 WARMUP_WINDOWS = 2  # windows left out of the rollout means (staggered episode starts)
@@ -87,6 +89,19 @@ def constant_wind(scenario: Scenario, condition: str) -> torch.Tensor:
             if event.kind == "constant" and abs(event.at_s - phase.start_s) < 1e-6:
                 return torch.tensor(event.velocity_mps, dtype=torch.float32)
     raise SystemExit(f"{scenario.name}: no constant wind starts with a phase {condition!r}")
+
+
+def encoded_replay(
+    bundle: Bundle, model: VNDModel, config: LearnerConfig, records: TickRecords
+) -> tuple[TransitionDataset, EncodedLatents, dict[str, int]]:
+    """``records`` as the learner's replay holds them (its dataset and condition label ids),
+    every window with a next transition encoded by ``model``, the model of ``bundle``."""
+    learner = ContinualLearner(bundle.vehicle, config, bundle)
+    learner.ingest(records)
+    dataset = replay_dataset(
+        learner.replay, config, learner.label_ids, model.prior, model.config.action_delay_ticks
+    )
+    return dataset, model.encode_all(dataset, horizon=1), learner.label_ids
 
 
 def rollout_accels(
@@ -163,14 +178,8 @@ def main() -> None:
     if model is None:
         print(json.dumps(result))
         return
-    # the replay as the learner holds it, with its condition labels
-    learner = ContinualLearner(bundle.vehicle, config, bundle)
-    learner.ingest(run.records)
-    dataset = replay_dataset(
-        learner.replay, config, learner.label_ids, model.prior, model.config.action_delay_ticks
-    )
-    latents = model.encode_all(dataset, horizon=1)  # each window's next transition exists
-    label = learner.label_ids[args.condition]
+    dataset, latents, label_ids = encoded_replay(bundle, model, config, run.records)
+    label = label_ids[args.condition]
     chosen = latents.labels == label
     rows = (latents.starts + model.context_len)[chosen]
     tensors = dataset.tensors()

@@ -70,13 +70,10 @@ class FiLMResidual(nn.Module):
         """Make the residual output ``value`` (out_dim,), physical units, whatever the inputs
         and z (a known correction, e.g. a condition's mean prior error)."""
         normalized = value / self.target_std
-        outputs: list[tuple[nn.Module, torch.Tensor]] = [(self.head[-1], normalized)]
+        split = len(normalized) - self.latent_only_dims  # the latent-only head's outputs are last
+        outputs: list[tuple[nn.Module, torch.Tensor]] = [(self.head[-1], normalized[:split])]
         if self.latent_head is not None:
-            split = len(normalized) - self.latent_only_dims
-            outputs = [
-                (self.head[-1], normalized[:split]),
-                (self.latent_head[-1], normalized[split:]),
-            ]
+            outputs.append((self.latent_head[-1], normalized[split:]))
         for layer, part in outputs:
             if not isinstance(layer, nn.Linear):
                 raise TypeError(f"the residual's output layers must be linear, not {layer!r}")
