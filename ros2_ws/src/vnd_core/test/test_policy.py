@@ -143,3 +143,57 @@ def test_config_round_trip_and_validation():
     assert PolicyConfig.from_dict(config.to_dict()) == config
     with pytest.raises(ValueError, match="hidden"):
         PolicyConfig.from_dict({**config.to_dict(), "hidden": []})
+
+
+@pytest.fixture(scope="module")
+def force_policy() -> PolicyNet:
+    torch.manual_seed(1)
+    policy = PolicyNet(load_vehicle("agile"), PolicyConfig(out_gain=3.0, force_dim=3)).eval()
+    with torch.no_grad():  # trained weights on both the force and the z inputs
+        policy.net[0].weight[:, -policy.condition_dim :].normal_(0.0, 0.2)
+    return policy
+
+
+def test_force_input_sits_before_z_and_the_runner_reads_it(force_policy):
+    """The force block precedes z in the layout; the numpy runner and the batched path agree
+    with a force given, and a force moves the command (the input is wired, not padded)."""
+    names = [name for name, _ in force_policy.observation.layout.blocks]
+    assert names[-2:] == ["force", "latent"]
+    assert force_policy.condition_dim == 3 + force_policy.latent_dim
+    spec = ReferenceSpec(kind="hover")
+    runner = PolicyRunner(force_policy, spec)
+    state = random_states(1, torch.Generator().manual_seed(3))
+    z = torch.randn(1, force_policy.latent_dim, generator=torch.Generator().manual_seed(4))
+    force_n = torch.tensor([[1.2, -0.4, 0.3]])
+    prev = torch.zeros(1, 2, 4) + force_policy.action_offset
+    condition = force_policy.observation.condition(z, force_n)
+    expected = force_policy(
+        force_policy.observation.build_from(
+            state, Trajectory.from_spec(spec), torch.zeros(1), prev, condition
+        )
+    )
+    action = runner.act(state[0].double().numpy(), 0.0, z[0].numpy(), force_n[0].numpy())
+    np.testing.assert_allclose(action, expected[0].detach().numpy(), atol=1e-4)
+    runner.reset()
+    without = runner.act(state[0].double().numpy(), 0.0, z[0].numpy())
+    assert np.abs(without - action).max() > 1e-3
+
+
+def test_new_policy_ignores_the_force_input_until_trained():
+    policy = PolicyNet(load_vehicle("agile"), PolicyConfig(force_dim=3)).eval()
+    runner = PolicyRunner(policy, ReferenceSpec(kind="hover"))
+    state = np.array([0.1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0], dtype=float)
+    still = runner.act(state, 0.0)
+    runner.reset()
+    pushed = runner.act(state, 0.0, force_n=np.array([2.0, 0.0, 0.0]))
+    np.testing.assert_allclose(pushed, still)
+
+
+def test_config_without_force_input_describes_itself_as_before():
+    """A policy without a force input writes no force_dim (bundles read by earlier versions
+    stay readable); one with it round-trips."""
+    assert "force_dim" not in PolicyConfig().to_dict()
+    config = PolicyConfig(force_dim=3)
+    assert PolicyConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ValueError, match="force_dim"):
+        PolicyConfig(force_dim=2).validate()

@@ -51,6 +51,7 @@ import torch
 
 from vnd_core.bundle import Bundle, BundleError
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel, NominalModelConfig
+from vnd_core.force_observer import hover_force_n
 from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, VEL, hover_state
@@ -241,8 +242,19 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
     rows = torch.arange(b)
     ticks = max(1, round(config.duration_s / config.period_s))
     states, actions = [], []
+    force_n = None  # a force input reads zero on the nominal model
+    if use_model and policy.force_dim:
+        # and on the learned model, the force an observer reads there at hover
+        def learned(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+            residual = model.residual_correction(state, action, z_model)
+            return compose(model.prior(state, action), residual, components)
+
+        force_n = torch.cat(
+            [torch.zeros(s, 3), hover_force_n(learned, model.prior, vehicle, len(z_model))]
+        )
+    condition = obs_builder.condition(z, force_n)
     for _ in range(ticks):
-        obs = obs_builder.build(state, ref_state, ref_head, prev, z)
+        obs = obs_builder.build(state, ref_state, ref_head, prev, condition)
         action = policy(obs)
         if n_prev:
             prev = torch.cat([obs_builder.normalise_action(action), prev[:, :-ACTION_DIM]], dim=1)

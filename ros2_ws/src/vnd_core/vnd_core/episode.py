@@ -83,7 +83,8 @@ def run_episode(
             measured = plant.measure()
             if latent_source is not None:
                 z = latent_source(measured, prev[:, 0])
-            obs = builder.build_from(measured, trajectory, t_now, prev[:, :n_prev], z)
+            condition = builder.condition(z)
+            obs = builder.build_from(measured, trajectory, t_now, prev[:, :n_prev], condition)
             action = policy(obs)
             state = plant.step(action)
             prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)

@@ -34,6 +34,9 @@ class PolicyConfig:
 
     hidden: tuple[int, ...] = (128, 128)  # hidden layer widths of the MLP
     latent_dim: int = 8  # size of the latent condition z (zeros for the base policy)
+    # size of the external-force input (world-frame force the policy's model does not explain,
+    # newtons; 0: no such input, 3: a force observer feeds it in flight, see force_observer.py)
+    force_dim: int = 0
     lookahead_s: tuple[float, ...] = (0.1, 0.2, 0.3, 0.5)  # reference look-ahead times
     n_prev_actions: int = 2  # how many previous commands the policy sees (latency cover)
     thrust_span_fraction: float = 1.0  # thrust range around hover, as a fraction of hover
@@ -46,14 +49,25 @@ class PolicyConfig:
             raise ValueError(f"hidden must be non-empty positive widths, got {self.hidden}")
         if self.latent_dim < 0 or self.n_prev_actions < 0:
             raise ValueError("latent_dim and n_prev_actions must be >= 0")
+        if self.force_dim not in (0, 3):
+            raise ValueError(f"force_dim must be 0 or 3, got {self.force_dim}")
         if any(not t > 0 for t in self.lookahead_s):
             raise ValueError(f"lookahead_s must be > 0, got {self.lookahead_s}")
         if not 0 < self.thrust_span_fraction <= 4 or not 0 < self.rate_fraction <= 1:
             raise ValueError("thrust_span_fraction must be in (0, 4], rate_fraction in (0, 1]")
 
+    @property
+    def condition_dim(self) -> int:
+        """Size of the policy's condition: the force input, then z."""
+        return self.force_dim + self.latent_dim
+
     def to_dict(self) -> dict:
-        """JSON-able dict (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        """JSON-able dict (tuples become lists); ``force_dim`` only when there is a force input,
+        so policies without one describe themselves as before the field existed."""
+        data = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        if not self.force_dim:
+            del data["force_dim"]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> PolicyConfig:
@@ -115,7 +129,9 @@ class ObservationBuilder:
     Blocks (world frame, relative quantities so the policy is translation invariant):
     pos_error (p - p_ref, m), vel_error (v - v_ref, m/s), lookahead (p_ref(t + dt_k) - p, m,
     one triple per look-ahead time), ref_accel (m/s^2), attitude (6-D rotation), body_rates
-    (rad/s), prev_actions (normalised, newest first), latent (z).
+    (rad/s), prev_actions (normalised, newest first), force (the external force input, N,
+    only when ``force_dim`` > 0), latent (z). The force and z together are the policy's
+    *condition* (``condition_dim`` entries, force first).
     """
 
     def __init__(self, vehicle: VehicleParams, config: PolicyConfig) -> None:
@@ -134,6 +150,7 @@ class ObservationBuilder:
                 ("attitude", 6),
                 ("body_rates", 3),
                 ("prev_actions", ACTION_DIM * config.n_prev_actions),
+                *((("force", config.force_dim),) if config.force_dim else ()),
                 ("latent", config.latent_dim),
             )
         )
@@ -143,6 +160,15 @@ class ObservationBuilder:
     def dim(self) -> int:
         """Observation size."""
         return self.layout.dim
+
+    def condition(self, z: torch.Tensor, force_n: torch.Tensor | None = None) -> torch.Tensor:
+        """The policy's condition (B, condition_dim) of latents ``z`` (B, nz) and, for a policy
+        with a force input, the force ``force_n`` (B, 3) in newtons (None: no force)."""
+        if not self.config.force_dim:
+            return z
+        if force_n is None:
+            force_n = z.new_zeros(z.shape[0], self.config.force_dim)
+        return torch.cat([force_n, z], dim=-1)
 
     def sample_times(self, t_s: torch.Tensor) -> torch.Tensor:
         """Times at which the reference is needed: ``t_s`` (...,) -> (..., 1 + n_lookahead)."""
@@ -224,7 +250,8 @@ class ObservationBuilder:
 
         ``state`` (B, 13); ``ref_state`` (B, 13) and ``ref_head`` (B, head_dim) from
         :meth:`reference_features`; ``prev_actions_norm`` (B, 4 * n_prev) normalised previous
-        commands, newest first; ``z`` (B, nz).
+        commands, newest first; ``z`` (B, condition_dim): the policy's condition, which is z
+        alone for a policy without a force input (:meth:`condition` builds it).
         """
         q = state[:, QUAT]
         features = torch.cat([state - ref_state, (q.unsqueeze(-1) * q.unsqueeze(-2)).flatten(1)], 1)
@@ -259,6 +286,7 @@ class ObservationBuilder:
             "attitude": 0.3,
             "body_rates": 2.0,
             "prev_actions": 0.5,
+            "force": 1.0,
             "latent": 1.0,
         }
         means = {"attitude": torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 0.0])}
@@ -290,7 +318,7 @@ class PolicyNet(nn.Module):
         self.net = mlp(
             self.observation.dim, self.config.hidden, ACTION_DIM, out_gain=self.config.out_gain
         )
-        self.silence_latent()
+        self._silence_last(self.condition_dim)
         scale = self.observation.action_scale
         self.register_buffer("action_offset", scale.offset(), persistent=False)
         self.register_buffer("action_scale", scale.scale(), persistent=False)
@@ -300,6 +328,16 @@ class PolicyNet(nn.Module):
         """Size of z."""
         return self.config.latent_dim
 
+    @property
+    def force_dim(self) -> int:
+        """Size of the external-force input (0: none)."""
+        return self.config.force_dim
+
+    @property
+    def condition_dim(self) -> int:
+        """Size of the condition the observation ends with: force input, then z."""
+        return self.config.condition_dim
+
     def silence_latent(self) -> None:
         """Zero the first-layer weights on the z inputs (the last ``latent_dim`` observation
         entries), so z has no effect until training gives it one.
@@ -307,14 +345,18 @@ class PolicyNet(nn.Module):
         Why: a policy trained with z = 0 (the base policy) leaves those weights at their random
         init; a z read later (N(0, I) in training, the encoder's in flight) then perturbs the
         command like noise. With zero columns the first gradient step starts from the policy's
-        z = 0 behaviour instead.
+        z = 0 behaviour instead. A new network starts with its force-input columns zero too.
         """
-        if self.latent_dim == 0:
+        self._silence_last(self.latent_dim)
+
+    def _silence_last(self, columns: int) -> None:
+        """Zero the first-layer weights on the last ``columns`` observation entries."""
+        if columns == 0:
             return
         with torch.no_grad():
             first = self.net[0]
             assert isinstance(first, nn.Linear)  # mlp() starts with one
-            first.weight[:, -self.latent_dim :].zero_()
+            first.weight[:, -columns:].zero_()
 
     def forward_normalised(self, obs: torch.Tensor) -> torch.Tensor:
         """Normalised command (B, 4) in [-1, 1] of raw observations (B, dim)."""
@@ -410,8 +452,16 @@ class PolicyRunner:
         look-ahead time, for reference time ``t_s`` (subclasses may take it from elsewhere)."""
         return reference_numpy(self.reference, t_s + self._offsets_s)
 
-    def observe(self, state: np.ndarray, t_s: float, z: np.ndarray | None = None) -> np.ndarray:
-        """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``.
+    def observe(
+        self,
+        state: np.ndarray,
+        t_s: float,
+        z: np.ndarray | None = None,
+        force_n: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Observation (dim,) for ``state`` (13,) at reference time ``t_s`` with latent ``z``
+        (None: zeros) and, for a policy with a force input, the external force ``force_n`` (3,)
+        in newtons (None: zeros; ignored without a force input).
 
         Built as one list of floats and converted once (see :func:`reference_numpy` for why).
         """
@@ -428,6 +478,8 @@ class PolicyRunner:
         offset, scale = self._a_offset_list, self._a_scale_list
         for action in self.prev_actions:
             obs += [(a - o) / c for a, o, c in zip(action.tolist(), offset, scale, strict=True)]
+        if self.policy.force_dim:
+            obs += [0.0] * 3 if force_n is None else np.asarray(force_n, dtype=float).tolist()
         if z is None:
             obs += [0.0] * self.policy.latent_dim
         else:
@@ -443,9 +495,17 @@ class PolicyRunner:
                 x = np.where(x > 0.0, x, np.expm1(np.minimum(x, 0.0)))
         return self._a_offset + self._a_scale * np.tanh(x)
 
-    def act(self, state: np.ndarray, t_s: float, z: np.ndarray | None = None) -> np.ndarray:
-        """CTBR (4,) for ``state`` (13,) at reference time ``t_s``; remembers the command."""
-        action = self.forward(self.observe(np.asarray(state, dtype=np.float64), t_s, z))
+    def act(
+        self,
+        state: np.ndarray,
+        t_s: float,
+        z: np.ndarray | None = None,
+        force_n: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """CTBR (4,) for ``state`` (13,) at reference time ``t_s`` (``z``, ``force_n`` as for
+        :meth:`observe`); remembers the command."""
+        state = np.asarray(state, dtype=np.float64)
+        action = self.forward(self.observe(state, t_s, z, force_n))
         if self.prev_actions:
             self.prev_actions = [action, *self.prev_actions[:-1]]
         return action

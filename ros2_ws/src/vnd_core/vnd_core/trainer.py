@@ -88,7 +88,7 @@ class PolicyTrainer:
         self.vehicle = vehicle
         self.config = config or TrainerConfig()
         self.config.validate()
-        self.z_sampler = z_sampler or zero_latent(policy.latent_dim)
+        self.z_sampler = z_sampler or zero_latent(policy.condition_dim)
         self.generator = torch.Generator().manual_seed(self.config.seed)
         torch.manual_seed(self.config.seed)
         self.builder = policy.observation

@@ -35,11 +35,12 @@ def vehicle():
     return load_vehicle("agile")
 
 
-def bundle_of(vehicle, version: int) -> Bundle:
+def bundle_of(vehicle, version: int, force_dim: int = 0) -> Bundle:
     torch.manual_seed(version)
-    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16), out_gain=1.0)).eval()
+    config = PolicyConfig(hidden=(16, 16), out_gain=1.0, force_dim=force_dim)
+    policy = PolicyNet(vehicle, config).eval()
     with torch.no_grad():  # a policy trained with latents reads z (a new one ignores it)
-        policy.net[0].weight[:, -policy.latent_dim :].normal_(0.0, 0.5)
+        policy.net[0].weight[:, -policy.condition_dim :].normal_(0.0, 0.5)
     return Bundle(version, 0, policy, vehicle)
 
 
@@ -230,10 +231,12 @@ def flight_inputs(n_ticks: int, seed: int) -> list[tuple[int, np.ndarray, int]]:
     return inputs
 
 
-def fly(vehicle, rehearse: bool, seed: int = 0) -> tuple[list, dict, PolicyController]:
+def fly(
+    vehicle, rehearse: bool, seed: int = 0, force_dim: int = 0
+) -> tuple[list, dict, PolicyController]:
     config = SafetyConfig(hold_timeout_s=1.0, recovery_s=0.2)
     ctl = PolicyController.create(vehicle, config, ReferenceSpec(kind="figure8"))
-    bundle = bundle_of(vehicle, 4)
+    bundle = bundle_of(vehicle, 4, force_dim)
     z = np.linspace(-0.5, 0.5, 8).astype(np.float32)
     records = []
     for k, (now, state, stamp) in enumerate(flight_inputs(320, seed)):
@@ -241,12 +244,14 @@ def fly(vehicle, rehearse: bool, seed: int = 0) -> tuple[list, dict, PolicyContr
         if rehearse:  # as the node does: on the previous sample, shortly before the tick
             ctl.rehearse(now - 2_500_000, state, stamp, bundle, latent)
         records.append(ctl.tick(now, state, stamp, bundle, latent))
+        ctl.after_publish()
     return records, ctl.all_counters(), ctl
 
 
-def test_rehearsal_changes_nothing_through_faults_hold_and_landing(vehicle):
-    plain, plain_counts, plain_ctl = fly(vehicle, rehearse=False)
-    rehearsed, rehearsed_counts, rehearsed_ctl = fly(vehicle, rehearse=True)
+@pytest.mark.parametrize("force_dim", [0, 3], ids=["z", "z_and_force"])
+def test_rehearsal_changes_nothing_through_faults_hold_and_landing(vehicle, force_dim):
+    plain, plain_counts, plain_ctl = fly(vehicle, rehearse=False, force_dim=force_dim)
+    rehearsed, rehearsed_counts, rehearsed_ctl = fly(vehicle, rehearse=True, force_dim=force_dim)
     modes = {r.mode for r in plain}
     assert {Mode.POLICY, Mode.FALLBACK_HOLD, Mode.FALLBACK_LAND} <= modes  # the path is covered
     for a, b in zip(plain, rehearsed, strict=True):

@@ -18,6 +18,8 @@ active bundle (swapped between ticks by the node) and the latest latent. It
   flies on the safety filter's prediction of the state now (the last good odometry through
   every command sent since) rather than on a repeat of its last input: a policy fed the same
   state tick after tick keeps turning open-loop until the fallback takes over;
+- gives a policy with a force input the force a :class:`~vnd_flight.force_input.ForceInput`
+  observes, whose update the node runs after publishing the command (:meth:`after_publish`);
 - while the policy does not fly the vehicle (IDLE before take-off, or a fallback), re-aims the
   policy's reference at the vehicle's own position and velocity (``vnd_flight.rejoin``), so
   when the policy takes over it converges onto the scheduled reference instead of flying a
@@ -40,6 +42,7 @@ from vnd_core.wire import Mode
 
 from vnd_flight import arming
 from vnd_flight.arming import ArmingReply, Odometry
+from vnd_flight.force_input import ForceInput
 from vnd_flight.rehearsal import StateSnapshot
 from vnd_flight.rejoin import ReferenceRejoin
 from vnd_flight.safety import SafetyFilter
@@ -177,6 +180,7 @@ class PolicyController:
         self._t0_ns: int | None = None  # reference time zero: the first flying tick's stamp
         self.latent_problem: str | None = None  # why the last tick flew on z = 0 (None: it did not)
         self._last_stamp_ns: int | None = None  # odometry stamp of the previous tick
+        self.force_input: ForceInput | None = None  # made for the first bundle with a force input
 
     @classmethod
     def create(
@@ -234,7 +238,8 @@ class PolicyController:
         if self._t0_ns is None or self.safety.mode == Mode.IDLE:
             self._t0_ns = stamp_ns
         measured, input_ns = state, stamp_ns
-        if stamp_ns == self._last_stamp_ns and self.safety.mode == Mode.POLICY:
+        fresh = stamp_ns != self._last_stamp_ns
+        if not fresh and self.safety.mode == Mode.POLICY:
             # Odometry is late: fly on the prediction, not on a repeat of the last input.
             predicted = self.safety.predicted_state(now_ns)
             if predicted is not None:
@@ -244,6 +249,8 @@ class PolicyController:
         version = bundle.version if bundle is not None else 0
         nz = bundle.policy.latent_dim if bundle is not None else 0
         z, z_valid = self._latent_for(now_ns, latent, version, nz)
+        force_input = self._force_input_for(bundle)
+        force_n = force_input.force_n() if force_input is not None else None
         t_s = (input_ns - self._t0_ns) / NS_PER_S
         action, ref, scheduled = None, None, None
         if runner is not None:
@@ -259,7 +266,7 @@ class PolicyController:
                     time_constant_s=self.safety.config.rejoin_time_constant_s,
                 )
             try:
-                action = runner.act(state, t_s, z)
+                action = runner.act(state, t_s, z, force_n)
             except Exception:  # a broken policy must not stop the tick: the filter takes over
                 self.counters.count(POLICY_ERROR)
             ref, scheduled = runner.last_reference, runner.last_scheduled
@@ -270,6 +277,8 @@ class PolicyController:
         out = self.safety.step(now_ns, measured, stamp_ns, action, reference_m=ref[0, 0, :])
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
+        if force_input is not None:
+            force_input.record(out.mode, np.asarray(measured, dtype=float), fresh, out.action)
         return TickRecord(
             action=out.action,
             mode=out.mode,
@@ -299,6 +308,8 @@ class PolicyController:
         parts = [self, self.counters, *self.safety.stateful_parts()]
         if self._runner is not None:
             parts.append(self._runner)
+        if self.force_input is not None:
+            parts.append(self.force_input)  # record() only: the observer waits for update()
         snapshot = StateSnapshot(parts)
         try:
             # The rehearsal repeats the last tick's odometry to warm the path of the next fresh
@@ -308,11 +319,26 @@ class PolicyController:
         finally:
             snapshot.restore()
 
+    def after_publish(self) -> None:
+        """The work of the last tick that its command need not wait for: the force observer's
+        update (call once per tick, after publishing the command)."""
+        if self.force_input is not None:
+            self.force_input.update()
+
     def all_counters(self) -> dict[str, int]:
         """Controller and safety-filter counters by reason."""
         return {**self.safety.counters.totals, **self.counters.totals}
 
     # ------------------------------------------------------------------ internals
+    def _force_input_for(self, bundle: Bundle | None) -> ForceInput | None:
+        """The force input when ``bundle``'s policy reads one (made on first need, kept across
+        swaps: the force is the vehicle's, not the bundle's)."""
+        if bundle is None or not bundle.policy.force_dim:
+            return None
+        if self.force_input is None:
+            self.force_input = ForceInput(bundle.vehicle)
+        return self.force_input
+
     def _runner_for(self, bundle: Bundle | None) -> ReferenceRunner | None:
         """The runner of ``bundle``, rebuilt on a swap with the previous actions carried over."""
         if bundle is self._bundle:

@@ -254,6 +254,7 @@ class _Loop:
         state, stamp = self.odom
         self.ticked_stamp_ns = stamp
         record = self.controller.tick(now_ns, state, stamp, self.bundle, None)
+        self.controller.after_publish()
         self.tick_times_ns.append(now_ns)
         self.mode_log.append((now_ns, record.mode))
         action = record.action

@@ -301,6 +301,7 @@ class PolicyNode(Node):
             self.latency.add_ns(published_ns - odom_stamp_ns)
         self.tick_count += 1
         self.replay_pub.publish(self.transition(record, odom_stamp_ns))
+        self.controller.after_publish()
         self.apply_bundle_loads()
         self._check_tick_interval()
         self.rate.add(published_ns)

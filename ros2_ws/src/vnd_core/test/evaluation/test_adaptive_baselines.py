@@ -22,7 +22,7 @@ from vnd_core.evaluation.baselines import (
     train_baseline_bundle,
 )
 from vnd_core.evaluation.continual_loop import Method, run_method
-from vnd_core.evaluation.dob import DisturbanceObserver, DOBMethod, ObserverConfig
+from vnd_core.evaluation.dob import DOBMethod, force_latent
 from vnd_core.evaluation.refit import RefitConfig, RefitMethod, ResidualEnsemble
 from vnd_core.evaluation.rma import (
     RMAConfig,
@@ -31,9 +31,11 @@ from vnd_core.evaluation.rma import (
     train_adaptation_module,
 )
 from vnd_core.evaluation.suite import EvalConfig, prepare_methods
+from vnd_core.force_observer import ForceObserver, ObserverConfig
 from vnd_core.learner import LearnerConfig
 from vnd_core.plant import TruePlant
 from vnd_core.policy import PolicyNet, PolicyRunner
+from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import Scenario, load_scenario
 from vnd_core.state import VEL, hover_state
 from vnd_core.trainer import TrainerConfig
@@ -107,23 +109,25 @@ def test_mismatched_dr_is_its_own_training_and_dr_keeps_the_plant_law(base_bundl
     assert methods["dr_mismatched"].latent_mode == "none"
 
 
-def test_vnd_learns_on_top_of_drs_policy_trained_once(base_bundle):
+def test_vnd_starts_from_dobs_policy_reading_the_force_as_its_force_input(base_bundle):
+    """One dob training, shared; vnd's start reads the observer's force through its force
+    input exactly as dob's policy reads it through z, and its z inputs start silent."""
     config = EvalConfig.quick(
         randomised_trainer=TrainerConfig(num_envs=4, horizon_ticks=2, iterations=1)
     )
     trained = []
-    methods = prepare_methods(["dr", "vnd"], base_bundle, config, log=trained.append)
-    assert len(trained) == 1  # one dr training, shared
-    dr, vnd = methods["dr"].initial.policy, methods["vnd"].initial.policy
-    assert methods["vnd"].latent_mode == "encoder"
-    for name, weight in dr.state_dict().items():
-        torch.testing.assert_close(vnd.state_dict()[name], weight, rtol=0, atol=0)
-    changed = [
-        name
-        for name, weight in base_bundle.policy.state_dict().items()
-        if not torch.equal(weight, dr.state_dict()[name])
-    ]
-    assert changed  # the dr training moved the base policy
+    methods = prepare_methods(["dob", "vnd"], base_bundle, config, log=trained.append)
+    assert len(trained) == 1  # one dob training, shared
+    dob, vnd = methods["dob"].initial.policy, methods["vnd"].initial.policy
+    assert methods["vnd"].latent_mode == "encoder" and vnd.force_dim == 3
+    reference = ReferenceSpec(kind="figure8")
+    state = np.array([0.2, -0.1, 1.1, 0.99, 0.05, -0.05, 0.0, 0.4, -0.3, 0.1, 0.2, -0.1, 0.05])
+    force_n = np.array([1.1, -0.6, 0.3])
+    dob_z = np.zeros(DISTURBANCE_DIM, dtype=np.float32)
+    dob_z[:3] = force_n / FORCE_SCALE_N
+    expected = PolicyRunner(dob, reference).act(state, 0.3, dob_z)
+    got = PolicyRunner(vnd, reference).act(state, 0.3, np.ones(8, dtype=np.float32), force_n)
+    np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
 # ---- dob -------------------------------------------------------------------------------------
@@ -135,7 +139,7 @@ def test_observer_converges_to_a_constant_external_force_on_the_prior_plant(trac
     z = torch.zeros(1, DISTURBANCE_DIM)
     z[0, :3] = force_n / FORCE_SCALE_N
     # this plant has neither latency nor motor lag, and the observer is told so
-    observer = DisturbanceObserver(VEHICLE, ObserverConfig(latency_s=0.0, motor_time_constant_s=0))
+    observer = ForceObserver(VEHICLE, ObserverConfig(latency_s=0.0, motor_time_constant_s=0))
     state = hover_state((1,), position_m=(0.0, 0.0, 1.0))
     target = (torch.tensor([[0.0, 0.0, 1.0]]), torch.zeros(1, 3), torch.zeros(1, 3))
     for _ in range(150):  # 3 s, ten filter time constants
@@ -145,7 +149,7 @@ def test_observer_converges_to_a_constant_external_force_on_the_prior_plant(trac
         state = plant(state, action, z)
     expected = (force_n / VEHICLE.mass_kg).numpy()
     assert np.allclose(observer.estimate_mps2, expected, rtol=0.03, atol=0.02)
-    assert np.allclose(observer.latent()[:3], force_n.numpy(), rtol=0.03, atol=0.02)
+    assert np.allclose(force_latent(observer)[:3], force_n.numpy(), rtol=0.03, atol=0.02)
 
 
 def test_observer_finds_the_wind_force_on_the_true_plant(base_bundle):
@@ -154,7 +158,7 @@ def test_observer_finds_the_wind_force_on_the_true_plant(base_bundle):
     scenario = _hover_in_wind(6.0, 0.0)
     plant = TruePlant(VEHICLE, scenario, 1, seed=0)
     plant.reset(scenario.start_state(1))
-    observer = DisturbanceObserver(VEHICLE)
+    observer = ForceObserver(VEHICLE)
     runner = PolicyRunner(base_bundle.policy, scenario.reference)
     estimates = []
     for _ in range(300):

@@ -237,8 +237,10 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
         assert (tmp_path / "out" / "latents_tiny_wind.png").exists()
         assert saved["latent"]["tiny_wind"][0]["conditions"] == ["calm", "wind"]
     assert payload["results"] == saved["results"]
-    start = load_bundle(tmp_path / "out" / "bundles" / "dr.safetensors")  # vnd fly --bundle
-    assert start.summary["kind"] == "dr" and start.summary["sees_disturbance"] is False
+    dr = load_bundle(tmp_path / "out" / "bundles" / "dr.safetensors")  # vnd fly --bundle
+    assert dr.summary["kind"] == "dr" and dr.summary["sees_disturbance"] is False
+    start = load_bundle(tmp_path / "out" / "bundles" / "vnd_start.safetensors")
+    assert start.summary["kind"] == "dob" and start.policy.force_dim == 3
     assert (
         load_bundle(tmp_path / "out" / "bundles" / "dr_mismatched.safetensors").summary[
             "randomisation"

@@ -9,18 +9,22 @@ import pytest
 import torch
 from vnd_core.learner.novelty import focus_weights
 from vnd_core.learner.policy_update import (
+    ForceTraining,
+    HoverForce,
     TrustRegion,
     anchored_dynamics,
     anchored_latent,
     data_inputs,
+    forced_dynamics,
     train_policy_on_model,
+    with_force,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.data import Segment, TransitionDataset
-from vnd_core.vnd.features import apply_residual, dynamics_input
+from vnd_core.vnd.features import RES_POS, RES_VEL, apply_residual, dynamics_input
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
 VEHICLE = load_vehicle("agile")
@@ -169,3 +173,55 @@ def test_pool_weights_steer_which_replay_latents_are_drawn():
     assert torch.equal(focus_weights(torch.zeros(4, dtype=torch.bool), 0.5), torch.full((4,), 0.25))
     with pytest.raises(ValueError, match="one weight per pool row"):
         anchored_latent(2, 0.0, pool, 1.0, torch.ones(3))
+
+
+def constant_force_model(accel_mps2: torch.Tensor) -> VNDModel:
+    """A model whose residual adds ``accel_mps2`` (3,) world acceleration every tick."""
+    model = VNDModel(VEHICLE, VNDModelConfig())
+    model.residual.input_normalizer.set_stats(HOVER_INPUT, torch.ones(16))
+    dt_s = model.prior.config.dt_s
+    value = torch.zeros(12)
+    value[RES_POS] = 0.5 * dt_s * dt_s * accel_mps2
+    value[RES_VEL] = dt_s * accel_mps2
+    with torch.no_grad():
+        model.residual.set_constant(value)
+    return model
+
+
+def test_force_input_reads_the_models_force_plus_the_external_one_the_dynamics_add():
+    """A policy with a force input trains reading what an observer would: the residual's force
+    at hover under the episode's z plus an external force, and only the external force is
+    added to prior ⊕ D (the residual's own is not counted twice)."""
+    accel = torch.tensor([0.8, -0.4, 0.2])
+    model = constant_force_model(accel)
+    dynamics = anchored_dynamics(model, trust_region=HOVER)
+    hover = HoverForce(dynamics, model.prior, VEHICLE)
+    z = torch.randn(64, model.latent_dim, generator=torch.Generator().manual_seed(0))
+    sample = with_force(lambda b, g: z[:b], ForceTraining(fraction=0.5), hover)
+    condition = sample(64, torch.Generator().manual_seed(1))
+    model_force = VEHICLE.mass_kg * accel
+    external = condition[:, :3] - model_force
+    forced = external.norm(dim=1) > 1e-4
+    assert 0.3 < forced.float().mean() < 0.7  # about the requested share has an external force
+    assert external.norm(dim=1).max() <= ForceTraining().max_n + 4 * ForceTraining().vertical_std_n
+    torch.testing.assert_close(condition[:, 3:], z)
+    state, action = near_hover(64)
+    with torch.no_grad():
+        got = forced_dynamics(dynamics, hover)(state, action, condition)
+        plain = dynamics(state, action, z)
+    dt_s = model.prior.config.dt_s
+    torch.testing.assert_close(
+        (got - plain)[:, 7:10], dt_s * external / VEHICLE.mass_kg, atol=1e-5, rtol=1e-4
+    )
+
+
+def test_a_force_policy_trains_on_the_condition_with_its_force():
+    """The trainer of a force-input policy samples conditions of force + z and trains."""
+    model = constant_force_model(torch.tensor([0.5, 0.0, 0.0]))
+    policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
+    before = copy.deepcopy(policy.state_dict())
+    config = TrainerConfig(num_envs=16, horizon_ticks=8, episode_ticks=40, iterations=2)
+    summary = train_policy_on_model(policy, model, VEHICLE, config, trust_region=HOVER)
+    assert summary["iterations"] == 2
+    first = policy.state_dict()["net.0.weight"]
+    assert not torch.equal(first[:, -policy.condition_dim :], before["net.0.weight"][:, -11:])

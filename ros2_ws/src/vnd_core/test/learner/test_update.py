@@ -23,6 +23,7 @@ from vnd_core.learner.validation import (
     hover_deviation_m,
     make_eval_set,
     non_finite_tensor,
+    observed_force_regression,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.reference import ReferenceSpec, Trajectory
@@ -30,6 +31,7 @@ from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.features import RES_VEL
 from vnd_core.vnd.fit import FitConfig
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 from vnd_core.vnd.synthetic import simulate_with_forces
@@ -450,6 +452,8 @@ def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
         trajectory=Trajectory.from_spec(spec, rollouts),
         initial=hover_state((rollouts,), position_m=spec.center_m),
         calm=torch.ones(rollouts, dtype=torch.bool),
+        mean_error=torch.zeros(rollouts, 12),
+        holds=torch.zeros(rollouts, dtype=torch.bool),
     )
     config = ValidationConfig(eval_ticks=100)
     reason, figures = calm_tracking_regression(candidate, active, VEHICLE, eval_set, config, 2)
@@ -461,6 +465,46 @@ def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
     windy = dataclasses.replace(eval_set, calm=torch.zeros(rollouts, dtype=torch.bool))
     unjudged, figures = calm_tracking_regression(candidate, active, VEHICLE, windy, config, 2)
     assert unjudged is None and figures == {"calm_windows": 0}
+
+
+def test_observed_force_gate_flies_the_windows_force_and_rejects_worse_station_keeping():
+    """Gate 5b: station keeping on the prior plus the force the replay window shows. The
+    force is flown (a policy that ignores it drifts), the same policy passes, and one that
+    holds worse beyond the margin is refused."""
+    base = load_bundle(shipped_bundle_path()).policy
+    active = PolicyNet(VEHICLE, dataclasses.replace(base.config, force_dim=3)).eval()
+    state = active.state_dict()
+    for name, weight in base.state_dict().items():
+        if name == "net.0.weight":  # the base policy's columns; the force and z ones stay 0
+            state[name][:, : weight.shape[1] - base.latent_dim] = weight[:, : -base.latent_dim]
+        elif name not in ("normalizer.mean", "normalizer.std"):
+            state[name].copy_(weight)
+    candidate = clone_policy(active)
+    with torch.no_grad():  # a thrust bias: it holds off its point
+        candidate.net[-1].bias[0] += 1.0
+    rollouts = 4
+    centre = (0.0, 0.0, 1.2)
+    mean_error = torch.zeros(rollouts, 12)
+    mean_error[:, RES_VEL] = PERIOD_S * torch.tensor([1.5, 0.0, 0.0]) / VEHICLE.mass_kg  # 1.5 N
+    pushed = EvalSet(
+        z_model=torch.zeros(rollouts, 8),
+        z_active=torch.zeros(rollouts, 8),
+        trajectory=Trajectory.from_spec(ReferenceSpec(kind="hover", center_m=centre), rollouts),
+        initial=hover_state((rollouts,), position_m=centre),
+        calm=torch.zeros(rollouts, dtype=torch.bool),
+        mean_error=mean_error,
+        holds=torch.ones(rollouts, dtype=torch.bool),
+    )
+    still = dataclasses.replace(pushed, mean_error=torch.zeros(rollouts, 12))
+    config = ValidationConfig(eval_ticks=100)
+    same, figures = observed_force_regression(active, active, VEHICLE, pushed, config, 2)
+    assert same is None and figures["windows"] == rollouts
+    _, calm_figures = observed_force_regression(active, active, VEHICLE, still, config, 2)
+    assert figures["active"] > calm_figures["active"] + 0.05  # the force is flown
+    reason, figures = observed_force_regression(candidate, active, VEHICLE, pushed, config, 2)
+    assert reason is not None and "station keeping on the prior" in reason, figures
+    none_held = dataclasses.replace(pushed, holds=torch.zeros(rollouts, dtype=torch.bool))
+    assert observed_force_regression(candidate, active, VEHICLE, none_held, config, 2)[0] is None
 
 
 def test_eval_set_marks_the_windows_where_the_prior_was_right_as_calm():

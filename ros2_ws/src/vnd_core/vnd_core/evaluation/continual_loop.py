@@ -35,6 +35,7 @@ import torch
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.baselines import true_disturbance
+from vnd_core.force_observer import ForceObserver
 from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords
 from vnd_core.learner.records import MODE_POLICY
@@ -367,6 +368,8 @@ class _Flight:
         self.estimator = LatentEstimator()
         self.runner = PolicyRunner(bundle.policy, scenario.reference)
         self.source = method.latent_source() if method.latent_mode == LATENT_ONLINE else None
+        # a policy with a force input reads the force the prior does not explain
+        self.observer = ForceObserver(bundle.vehicle) if bundle.policy.force_dim else None
         self.use(bundle)
 
     def use(self, bundle: Bundle) -> None:
@@ -382,7 +385,10 @@ class _Flight:
         self, measured: np.ndarray, t_s: float, stamp_ns: int, plant: TruePlant
     ) -> tuple[np.ndarray, bool]:
         """Command (4,) for ``measured`` (13,) and whether a non-zero-by-design z was used."""
-        z = None
+        z, force_n = None, None
+        if self.observer is not None:
+            self.observer.observe(measured)
+            force_n = self.observer.force_n()
         if self.method.latent_mode == LATENT_ENCODER:
             self.estimator.add_odometry(stamp_ns, measured)
             z = self.estimator.latent() if self.bundle.model is not None else None
@@ -391,10 +397,13 @@ class _Flight:
             z = true_disturbance(self.scenario, t_s, wind, self.bundle.vehicle)
         elif self.source is not None:
             z = self.source.latent(stamp_ns, measured)
-        return self.runner.act(measured, t_s, z), z is not None
+        return self.runner.act(measured, t_s, z, force_n), z is not None
 
     def after_command(self, stamp_ns: int, action: np.ndarray) -> None:
-        """Tell the encoder's context which command answered the odometry at ``stamp_ns``."""
+        """Tell the encoder's context (and the force observer) which command answered the
+        odometry at ``stamp_ns``."""
+        if self.observer is not None:
+            self.observer.command(action)
         if self.method.latent_mode == LATENT_ENCODER:
             self.estimator.add_command(stamp_ns, action)
         elif self.source is not None:

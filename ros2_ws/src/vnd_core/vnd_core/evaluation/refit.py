@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,7 +109,7 @@ def _mean_state(states: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([mean[:, : QUAT.start], q, mean[:, QUAT.stop :]], dim=1)
 
 
-def ensemble_dynamics(members: list[Dynamics]) -> Dynamics:
+def ensemble_dynamics(members: Sequence[Dynamics]) -> Dynamics:
     """``dynamics(state, action, z)``: the mean of the members' next states (see
     :func:`_mean_state`), differentiable in state and action."""
 

@@ -17,12 +17,14 @@ Methods (same plant, seeds, scenarios and update budgets for all):
 - refit: LOTF-style re-fitting of an ensemble of latent-free residuals on a rolling window of
   recent data every 5 s, the policy fine-tuned on their mean (:mod:`refit`);
 - vnd: the continual learner (replay of everything, latent from the encoder every tick),
-  starting from dr's policy: the offline knowledge a lab has before it flies;
+  starting from dob's policy given a force input (:func:`~vnd_core.evaluation.dob.
+  force_input_bundle`): the offline knowledge a lab has before it flies; in flight the policy
+  reads the force observer beside the encoder's latent;
 - oracle: the base policy fine-tuned with the true disturbance as its z input, which it also
   gets in flight.
 
-dr (also vnd's starting policy), dr_mismatched, dob's policy and the oracle (also rma's
-teacher) are trained once per evaluation (training seed 0) with the same trainer budget
+dr, dr_mismatched, dob's policy (also vnd's start) and the oracle (also rma's teacher) are
+trained once per evaluation (training seed 0) with the same trainer budget
 (``randomised_trainer``), warm-started from the base policy, and shared by every cell that
 flies them; rma's module is trained once with ``rma``'s budget. The seeds vary the plant
 (noise, gusts) and the learners. See :mod:`continual_loop` for update timing and
@@ -54,7 +56,7 @@ from vnd_core.evaluation.continual_loop import (
     run_method,
     scale_scenario,
 )
-from vnd_core.evaluation.dob import DOBMethod, ObserverConfig
+from vnd_core.evaluation.dob import DOBMethod, force_input_bundle
 from vnd_core.evaluation.refit import REFIT_BUDGET_NOTE, RefitConfig, RefitMethod
 from vnd_core.evaluation.report import (
     METHOD_ORDER,
@@ -67,6 +69,7 @@ from vnd_core.evaluation.report import (
     write_results,
 )
 from vnd_core.evaluation.rma import RMAConfig, RMAMethod, train_adaptation_module
+from vnd_core.force_observer import ObserverConfig
 from vnd_core.learner import LearnerConfig
 from vnd_core.scenario import Scenario, load_scenario
 from vnd_core.trainer import TrainerConfig
@@ -151,7 +154,7 @@ def prepare_methods(
 ) -> dict[str, Method]:
     """Build (and for the offline baselines, train) every requested method from the base
     bundle; each offline training runs once, shared by the methods that fly it (the oracle's
-    policy is rma's teacher, dr's is where vnd starts)."""
+    policy is rma's teacher, dob's is where vnd starts)."""
     methods: dict[str, Method] = {}
     trained: dict[str, Bundle] = {}
 
@@ -182,9 +185,10 @@ def prepare_methods(
         elif name == "refit":
             methods[name] = RefitMethod(base, config.learner, config.refit)
         elif name == "vnd":
-            # Learning on top of the blind randomised policy: a new condition flies at dr's
-            # level until the learner lands what dr cannot know (docs/decisions.md).
-            methods[name] = VNDMethod(trained_bundle("dr"), config.learner)
+            # Learning on top of the force-observer policy: a new condition flies at the
+            # observer's level until the learner lands what it cannot see (docs/decisions.md).
+            vnd_start = force_input_bundle(trained_bundle("dob"))
+            methods[name] = VNDMethod(vnd_start, config.learner)
         else:
             raise ValueError(f"unknown method {name!r}; choose from {METHOD_ORDER}")
     return methods
@@ -256,11 +260,13 @@ def evaluate(
 
 
 def save_offline_bundles(methods: dict[str, Method], bundle_dir: Path) -> list[Path]:
-    """Write the offline-trained policies ``vnd fly --bundle`` can fly (z hidden or from the
-    encoder) as ``bundle_dir/<name>.safetensors``: dr (where vnd starts) and dr_mismatched."""
+    """Write the offline-trained policies ``vnd fly --bundle`` can fly (z hidden, from the
+    encoder or with the force observer) as ``bundle_dir/<name>.safetensors``: dr,
+    dr_mismatched and vnd_start (where vnd starts)."""
     flyable = {
-        "dr": methods["dr"] if "dr" in methods else methods.get("vnd"),
+        "dr": methods.get("dr"),
         "dr_mismatched": methods.get("dr_mismatched"),
+        "vnd_start": methods.get("vnd"),
     }
     return [
         save_bundle(method.initial, bundle_dir / f"{name}.safetensors")
@@ -443,8 +449,9 @@ def method_definitions(config: EvalConfig) -> dict:
         f"latent-free residuals fitted ({r.fit_steps} steps each) on the last {r.window_s} s, "
         f"the policy fine-tuned on their mean ({r.policy_iterations} iterations x "
         f"{r.policy_envs} rollouts); {REFIT_BUDGET_NOTE}",
-        "vnd": "continual learner starting from dr's policy (the same offline training, "
-        f"shared): fit {config.learner.fit.steps} steps, trainer "
+        "vnd": "continual learner starting from dob's policy (the same offline training, "
+        "shared) given a force input that the force observer feeds in flight beside the "
+        f"encoder's latent: fit {config.learner.fit.steps} steps, trainer "
         f"{config.learner.trainer.iterations} iterations x {config.learner.trainer.num_envs} "
         f"rollouts per update, at least {config.learner.min_interval_s} s apart",
         "oracle": "base policy fine-tuned on dr's ranges plus rotor damage with the true "

@@ -12,6 +12,7 @@ import torch
 
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError
+from vnd_core.force_observer import hover_force_n
 from vnd_core.learner.validation import (
     ValidationConfig,
     action_limit_violation,
@@ -20,6 +21,7 @@ from vnd_core.learner.validation import (
     make_eval_set,
     model_worse_than_prior,
     non_finite_tensor,
+    observed_force_regression,
     rollout_errors,
     rotation_worse_than_prior,
 )
@@ -89,9 +91,15 @@ def run_gates(
     # the model maps the action issued d ticks ago to the next state: roll out with that lag
     delay = model.config.action_delay_ticks or v.delay_ticks
 
+    # what a force observer reads under the conditions the rollouts fly (policies with a force
+    # input read it, whichever latent they read)
+    observed_n = hover_force_n(
+        lambda s, a: dynamics(s, a, eval_set.z_model), model.prior, vehicle, len(eval_set.z_model)
+    )
+
     def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
         errors = rollout_errors(
-            p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay
+            p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay, observed_n
         )
         return float(errors.mean())
 
@@ -110,6 +118,12 @@ def run_gates(
     )
     if reason:
         return reason, checks
+    if policy.force_dim and active.policy.force_dim:
+        reason, checks["observed_force_cost_m"] = observed_force_regression(
+            policy, active.policy, vehicle, eval_set, v, delay
+        )
+        if reason:
+            return reason, checks
     deviation = hover_deviation_m(policy, vehicle, v.hover_ticks)
     checks["hover_deviation_m"] = deviation
     if not deviation <= v.hover_max_dev_m:

@@ -22,18 +22,29 @@ payload, lost thrust) and the per-condition body-rate offset of the rate-offset 
 torque of an offset centre of mass or a weak rotor). A state-dependent rotational residual,
 learned from 50 Hz motion capture, mostly holds the rate loop's lag and filter artefacts; a
 policy trained against it learns to fight torques the vehicle does not have.
+
+A policy with a force input (``PolicyConfig.force_dim``) reads, besides z, the force the prior
+does not explain, which a :class:`~vnd_core.force_observer.ForceObserver` estimates in flight.
+Its training shows it the force an observer would read (:func:`with_force`): the residual's
+force at hover under the episode's z, plus, in a share of the episodes, a constant world-frame
+force the dynamics add to prior ⊕ D(., ., z) (:class:`ForceTraining`). So the policy keeps
+answering what the model has not learned yet (a new condition before its first update, a wind
+stronger than any it has seen), and z tells it what the model knows of the condition.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from vnd_core.dynamics import NominalModel
+from vnd_core.force_observer import hover_force_n
 from vnd_core.policy import PolicyNet
-from vnd_core.trainer import Dynamics, PolicyTrainer, TrainerConfig, ZSampler
+from vnd_core.trainer import PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.components import (
@@ -122,7 +133,85 @@ def on_model_trainer(
     sampler = anchored_latent(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
+    if policy.force_dim:
+        hover = HoverForce(dynamics, model.prior, vehicle)
+        sampler = with_force(sampler, FORCE_TRAINING, hover)
+        dynamics = forced_dynamics(dynamics, hover)
     return PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
+
+
+@dataclass(frozen=True)
+class ForceTraining:
+    """The external forces a policy with a force input trains against, one per episode."""
+
+    fraction: float = 0.5  # share of the episodes with a force (the others: none)
+    max_n: float = 1.5  # horizontal magnitude, uniform in [0, this], direction uniform
+    vertical_std_n: float = 0.5  # vertical force, normal
+
+
+# The dob baseline's policy learns the same ranges (RandomisationConfig.observer_feedforward).
+FORCE_TRAINING = ForceTraining()
+
+
+class HoverForce:
+    """The force (B, 3) in newtons that ``dynamics`` adds to ``prior`` at hover under latents
+    z (B, nz) (:func:`~vnd_core.force_observer.hover_force_n`): what a force observer reads
+    while the vehicle holds a hover in the condition z describes."""
+
+    def __init__(
+        self, dynamics: LatentBoundDynamics, prior: NominalModel, vehicle: VehicleParams
+    ) -> None:
+        self.dynamics = dynamics
+        self.prior = prior  # the one ``dynamics`` corrects
+        self.vehicle = vehicle
+        self.mass_kg = vehicle.mass_kg
+        self.dt_s = prior.config.dt_s
+
+    def __call__(self, z: torch.Tensor, step: Step | None = None) -> torch.Tensor:
+        """The force under ``z`` (B, nz); ``step``: the dynamics already bound to ``z``."""
+        step = step or self.dynamics.bind_latent(z)
+        return hover_force_n(step, self.prior, self.vehicle, z.shape[0])
+
+
+def with_force(sampler: ZSampler, forces: ForceTraining, hover: HoverForce) -> ZSampler:
+    """The condition per episode (B, 3 + nz): the force input, then the z of ``sampler``.
+
+    The force input is what an observer reads at hover: the residual's force under z
+    (``hover``) plus, in a share ``forces.fraction`` of the episodes, an external force drawn
+    from ``forces`` that :func:`forced_dynamics` applies."""
+
+    def sample(batch: int, generator: torch.Generator) -> torch.Tensor:
+        z = sampler(batch, generator)
+        magnitude = forces.max_n * torch.rand(batch, 1, generator=generator)
+        heading = 2.0 * math.pi * torch.rand(batch, 1, generator=generator)
+        vertical = forces.vertical_std_n * torch.randn(batch, 1, generator=generator)
+        force = torch.cat([magnitude * heading.cos(), magnitude * heading.sin(), vertical], 1)
+        forced = torch.rand(batch, 1, generator=generator) < forces.fraction
+        external = torch.where(forced, force, torch.zeros_like(force))
+        return torch.cat([external + hover(z), z], dim=1)
+
+    return sample
+
+
+def forced_dynamics(dynamics: LatentBoundDynamics, hover: HoverForce) -> LatentBoundDynamics:
+    """``dynamics`` under a condition (B, 3 + nz) of :func:`with_force`: the z part drives
+    ``dynamics``, and the force input minus the residual's own force at hover is an external
+    world-frame force (N) on the nominal mass, held over each tick."""
+    dt_s = hover.dt_s
+
+    def bind_latent(condition: torch.Tensor) -> Step:
+        z = condition[:, 3:]
+        inner = dynamics.bind_latent(z)
+        accel = (condition[:, :3] - hover(z, inner)) / hover.mass_kg
+        zeros = accel.new_zeros(accel.shape[0], 4)
+        delta = torch.cat([0.5 * dt_s * dt_s * accel, zeros, dt_s * accel, zeros[:, :3]], 1)
+
+        def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+            return inner(state, action) + delta
+
+        return step
+
+    return LatentBoundDynamics(bind_latent)
 
 
 def residual_bound(dataset: TransitionDataset) -> torch.Tensor:
@@ -221,7 +310,7 @@ def anchored_dynamics(
     prior_at_zero: bool = True,
     *,
     trust_region: TrustRegion,
-) -> Dynamics:
+) -> LatentBoundDynamics:
     """``prior ⊕ mask · clip(D(project(s, a), z), ±residual_bound)`` of the frozen ``model``
     (``mask`` from :data:`COMPONENT_MASKS`, ``project`` clamps the dynamics inputs to
     ``trust_region``: the region of the data the model was fitted on); with ``prior_at_zero``

@@ -28,6 +28,17 @@
    calm flight, which gate 4 cannot see. The candidate's error may exceed the active policy's
    by at most ``calm_margin_m``. (The latent of calm air is wherever the encoder put it, not
    z = 0: the MMD spreads the conditions met over N(0, I).) No calm window: no check.
+5b. Observed-force station keeping (only for a policy with a force input): the rollouts of
+   gate 4 that hold position from a replay state are flown on the prior corrected by the
+   replay window's mean prior error (its force and the body-rate offset a torque leaves:
+   measured, not learned), each policy reading the force the observer reads there (clipped
+   as it clips it) and its own encoder's latent of the window. The candidate's
+   mean position error may exceed the active policy's by at most ``force_margin_frac`` (plus
+   ``force_margin_m``). The physics there is the prior's plus a measured force, not the learned
+   model: a candidate trained on the model can gain on gate 4 and still lose the precision the
+   observer gives it on the vehicle (measured: a steady 5 m/s hover wind flown at 0.024 m
+   after the update that passed gate 4, against the active policy's 0.004 m; on the prior plus
+   that wind's force, 0.013 against 0.002 m).
 6. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
    within ``hover_max_dev_m`` for ``hover_ticks``. A stability check, not a precision one:
    z = 0 is what the policy reads while the encoder warms up, and once the MMD has spread the
@@ -51,6 +62,7 @@ from dataclasses import dataclass
 import torch
 
 from vnd_core.dynamics import NominalModel
+from vnd_core.force_observer import ObserverConfig
 from vnd_core.learner.novelty import window_unexplained_accel
 from vnd_core.policy import PolicyNet
 from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
@@ -58,8 +70,9 @@ from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import POS, QUAT, VEL, hover_state
 from vnd_core.trainer import Dynamics, prior_dynamics
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.components import DEFAULT_COMPONENTS, moves_attitude
+from vnd_core.vnd.components import COMPONENT_MASKS, DEFAULT_COMPONENTS, moves_attitude
 from vnd_core.vnd.data import TransitionDataset
+from vnd_core.vnd.features import INPUT_DIM, RES_VEL, apply_residual
 from vnd_core.vnd.metrics import evenly_spread, open_loop_errors, window_errors
 from vnd_core.vnd.model import VNDModel
 
@@ -84,6 +97,8 @@ class ValidationConfig:
     crash_distance_m: float = 2.0  # errors are capped here (a diverged rollout costs this much)
     calm_margin_m: float = 0.02  # calm tracking error may exceed the active one by this (m)
     calm_accel_mps2: float = 0.5  # windows whose mean prior velocity error is below this are calm
+    force_margin_frac: float = 0.1  # gate 5b: the candidate's error may exceed the active one's
+    force_margin_m: float = 0.001  # by this fraction plus this (m)
     hover_ticks: int = 150  # length of the hover sanity check (3 s)
     hover_max_dev_m: float = 0.2  # allowed position deviation in the hover check
     seed: int = 1234  # seeds the probes, references and initial states (same for both policies)
@@ -132,7 +147,10 @@ def hover_deviation_m(policy: PolicyNet, vehicle: VehicleParams, ticks: int) -> 
     for k in range(ticks):
         t_s = torch.full((1,), k * prior.config.dt_s)
         n_prev = policy.config.n_prev_actions
-        action = policy(policy.observation.build_from(state, trajectory, t_s, prev[:, :n_prev], z))
+        obs = policy.observation.build_from(
+            state, trajectory, t_s, prev[:, :n_prev], policy.observation.condition(z)
+        )
+        action = policy(obs)
         prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
         state = prior(state, action)
         deviation = float((state[0, POS] - torch.tensor(spec.center_m)).norm())
@@ -151,6 +169,8 @@ class EvalSet:
     trajectory: Trajectory  # (R) random references
     initial: torch.Tensor  # (R, 13) perturbed initial states
     calm: torch.Tensor  # (R,) bool: the window's mean prior velocity error is below calm_accel
+    mean_error: torch.Tensor  # (R, 12) the window's mean prior error per residual component
+    holds: torch.Tensor  # (R,) bool: the rollout holds position from the replay state
 
     def subset(self, rows: torch.Tensor) -> EvalSet:
         """The rollouts selected by the bool mask ``rows`` (R,)."""
@@ -167,6 +187,8 @@ class EvalSet:
             ),
             self.initial[rows],
             self.calm[rows],
+            self.mean_error[rows],
+            self.holds[rows],
         )
 
 
@@ -189,6 +211,7 @@ def make_eval_set(
         z_model = model.encoder(context)
         prior_accel = window_unexplained_accel(None, context, model.prior.config.dt_s)
         calm = prior_accel <= config.calm_accel_mps2
+        mean_error = context[..., INPUT_DIM:].mean(dim=1)  # (R, 12)
         if active_model is not None:
             # The window ends at the same transition for both encoders (context lengths may
             # differ, a shorter one reads only the most recent part).
@@ -225,7 +248,8 @@ def make_eval_set(
         phase_rad=torch.cat([hold.phase_rad, moving.phase_rad[:m]]),
     )
     initial = torch.cat([replay_state, start[:m]])
-    return EvalSet(z_model, z_active, trajectory, initial, calm)
+    holds = torch.arange(r) < n_hold
+    return EvalSet(z_model, z_active, trajectory, initial, calm, mean_error, holds)
 
 
 @torch.no_grad()
@@ -238,12 +262,15 @@ def rollout_errors(
     crash_distance_m: float,
     dt_s: float,
     delay_ticks: int = 1,
+    force_n: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean position error (R,) [m] per rollout of ``policy`` (reading ``policy_z`` (R, nz))
     tracking the eval references on ``dynamics`` (the learned model as the policy was trained
     on it) driven by ``eval_set.z_model``; each command reaches the dynamics ``delay_ticks``
     ticks late (the deployed loop has at least that much latency, and the learned model cannot
-    represent it); errors capped at the crash distance, a non-finite state counts as a crash."""
+    represent it); errors capped at the crash distance, a non-finite state counts as a crash.
+    A policy with a force input reads ``force_n`` (R, 3), the force an observer reads under
+    ``dynamics`` (None: zero, right for the bare prior)."""
     state = eval_set.initial.clone()
     r = state.shape[0]
     n_prev = policy.config.n_prev_actions
@@ -251,10 +278,11 @@ def rollout_errors(
     crashed = torch.zeros(r, dtype=torch.bool)
     total = torch.zeros(r)
     in_flight = [policy.action_offset.expand(r, 4)] * delay_ticks  # commands not applied yet
+    condition = policy.observation.condition(policy_z, force_n)
     for k in range(ticks):
         t_s = torch.full((r,), k * dt_s)
         obs = policy.observation.build_from(
-            state, eval_set.trajectory, t_s, prev[:, :n_prev], policy_z
+            state, eval_set.trajectory, t_s, prev[:, :n_prev], condition
         )
         action = policy(obs)
         prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
@@ -266,6 +294,38 @@ def rollout_errors(
         total += torch.where(crashed, torch.full_like(error, crash_distance_m), error)
         state = torch.where(crashed[:, None], eval_set.initial, state)  # keep crashed finite
     return total / ticks
+
+
+def _both_costs(
+    candidate: PolicyNet,
+    active: PolicyNet,
+    dynamics: Dynamics,
+    eval_set: EvalSet,
+    config: ValidationConfig,
+    dt_s: float,
+    delay_ticks: int,
+    force_n: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Mean rollout error [m] of the candidate (reading the new model's latents) and of the
+    active policy (reading its own) on ``eval_set`` under ``dynamics``."""
+    figures = {}
+    for name, policy, z in (
+        ("candidate", candidate, eval_set.z_model),
+        ("active", active, eval_set.z_active),
+    ):
+        errors = rollout_errors(
+            policy,
+            z,
+            dynamics,
+            eval_set,
+            config.eval_ticks,
+            config.crash_distance_m,
+            dt_s,
+            delay_ticks,
+            force_n,
+        )
+        figures[name] = float(errors.mean())
+    return figures
 
 
 def calm_tracking_regression(
@@ -284,27 +344,55 @@ def calm_tracking_regression(
         return None, figures
     prior = NominalModel(vehicle)
     dynamics = prior_dynamics(prior)
-
-    def cost(policy: PolicyNet, z: torch.Tensor) -> float:
-        errors = rollout_errors(
-            policy,
-            z,
-            dynamics,
-            calm,
-            config.eval_ticks,
-            config.crash_distance_m,
-            prior.config.dt_s,
-            delay_ticks,
-        )
-        return float(errors.mean())
-
-    figures["candidate"] = cost(candidate, calm.z_model)
-    figures["active"] = cost(active, calm.z_active)
+    figures.update(
+        _both_costs(candidate, active, dynamics, calm, config, prior.config.dt_s, delay_ticks)
+    )
     if not figures["candidate"] <= figures["active"] + config.calm_margin_m:
         return (
             f"calm tracking on the prior {figures['candidate']:.4f} m exceeds the active "
             f"policy's {figures['active']:.4f} m by more than {config.calm_margin_m} m "
             f"({figures['calm_windows']} calm replay windows)"
+        ), figures
+    return None, figures
+
+
+def observed_force_regression(
+    candidate: PolicyNet,
+    active: PolicyNet,
+    vehicle: VehicleParams,
+    eval_set: EvalSet,
+    config: ValidationConfig,
+    delay_ticks: int,
+) -> tuple[str | None, dict]:
+    """Gate 5b: (reason or None, figures) of both policies holding position in ``eval_set``'s
+    station-keeping rollouts on the prior corrected by each window's mean prior error, reading
+    the force an observer reads there (policies with a force input)."""
+    eval_set = eval_set.subset(eval_set.holds)
+    figures: dict = {"windows": len(eval_set.holds)}
+    if figures["windows"] == 0:
+        return None, figures
+    prior = NominalModel(vehicle)
+    dt_s = prior.config.dt_s
+    correction = eval_set.mean_error * eval_set.mean_error.new_tensor(
+        COMPONENT_MASKS["translational_rates"]
+    )
+    # what the policies read: the observer's estimate of the force, clipped as it clips it
+    force_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
+    limit_n = vehicle.mass_kg * ObserverConfig().accel_limit_mps2
+    read_n = force_n * (limit_n / force_n.norm(dim=1, keepdim=True).clamp_min(limit_n))
+
+    def pushed(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return apply_residual(prior(state, action), correction)
+
+    figures.update(
+        _both_costs(candidate, active, pushed, eval_set, config, dt_s, delay_ticks, read_n)
+    )
+    allowed = figures["active"] * (1.0 + config.force_margin_frac) + config.force_margin_m
+    if not figures["candidate"] <= allowed:
+        return (
+            f"station keeping on the prior with the observed forces {figures['candidate']:.4f} m "
+            f"exceeds the active policy's {figures['active']:.4f} m beyond the margin "
+            f"(allowed {allowed:.4f} m)"
         ), figures
     return None, figures
 

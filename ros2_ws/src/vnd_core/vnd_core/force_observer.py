@@ -1,0 +1,147 @@
+"""External-force observer: the force the prior does not explain, estimated every tick.
+
+Every tick the observer compares the measured velocity change with the one the prior
+(:class:`~vnd_core.dynamics.NominalModel`) predicts for the command the motors were actually
+producing, and low-pass filters the difference into an external acceleration estimate (world
+frame, m/s^2). The command delay is handled explicitly: the command that acts during a tick is
+the one sent ``latency_s`` earlier (interpolated between ticks), passed through the vehicle's
+first-order motor lag on thrust (its ``motor_time_constant_s``).
+
+Everything the prior does not model (wind drag, the vehicle's own drag, a payload, a weak
+rotor's lost thrust) lands in the estimate, lumped into one force. Two users:
+
+- the disturbance-observer baseline of ``vnd eval``;
+- a VND policy with a force input (``PolicyConfig.force_dim``): the force answers at once
+  whatever the vehicle meets, a condition the model has not learned yet included, and z tells
+  the policy which condition it is (how the force will change as the vehicle flies, the torque
+  a force observer cannot see).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vnd_core.dynamics import NominalModel
+from vnd_core.state import VEL, hover_state
+from vnd_core.vehicle import VehicleParams
+
+
+@dataclass(frozen=True)
+class ObserverConfig:
+    """Settings of the force observer."""
+
+    time_constant_s: float = 0.3  # first-order low-pass filter of the raw estimate
+    latency_s: float = 0.03  # command to motors (the flight stack's measured latency)
+    accel_limit_mps2: float = 4.0  # the estimate is clipped to this norm (m/s^2)
+    warmup_ticks: int = 5  # ticks before the first estimate (zero until then)
+    motor_time_constant_s: float | None = None  # thrust lag assumed; None: the vehicle's
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first impossible field."""
+        if not self.time_constant_s > 0:
+            raise ValueError(f"time_constant_s must be > 0, got {self.time_constant_s}")
+        if not 0 <= self.latency_s <= 0.2:
+            raise ValueError(f"latency_s must be within [0, 0.2] s, got {self.latency_s}")
+        if not self.accel_limit_mps2 > 0:
+            raise ValueError(f"accel_limit_mps2 must be > 0, got {self.accel_limit_mps2}")
+        if self.motor_time_constant_s is not None and not self.motor_time_constant_s >= 0:
+            raise ValueError(
+                f"motor_time_constant_s must be >= 0 or None, got {self.motor_time_constant_s}"
+            )
+
+
+class ForceObserver:
+    """Per-flight external-acceleration estimator (see the module docstring).
+
+    Call :meth:`observe` with each measurement (13,) and :meth:`command` with each command (4,)
+    sent after it; :attr:`estimate_mps2` (3,) is the filtered external acceleration (world) and
+    :meth:`force_n` the force (nominal mass times it).
+    """
+
+    def __init__(self, vehicle: VehicleParams, config: ObserverConfig | None = None) -> None:
+        self.config = config or ObserverConfig()
+        self.config.validate()
+        self.vehicle = vehicle
+        self.prior = NominalModel(vehicle)
+        self.dt_s = self.prior.config.dt_s
+        self._alpha = 1.0 - math.exp(-self.dt_s / self.config.time_constant_s)
+        tau_s = self.config.motor_time_constant_s
+        tau_s = vehicle.motor_time_constant_s if tau_s is None else tau_s
+        self._motor_alpha = 1.0 - math.exp(-self.dt_s / tau_s) if tau_s > 0 else 1.0
+        delay_ticks = self.config.latency_s / self.dt_s
+        self._delay_whole = math.floor(delay_ticks)
+        self._delay_frac = delay_ticks - self._delay_whole
+        hover = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
+        self._commands = [hover.copy() for _ in range(self._delay_whole + 2)]  # newest first
+        self._thrust_n = vehicle.hover_thrust_n
+        # the last measurement and the command acting after it (None until it is sent)
+        self._previous: tuple[np.ndarray, np.ndarray | None] | None = None
+        self._ticks = 0
+        self.estimate_mps2 = np.zeros(3)
+
+    def _acting_command(self) -> np.ndarray:
+        """Command (4,) the motors produce during the tick that starts now: the command sent
+        ``latency_s`` ago (interpolated), thrust through the motor lag."""
+        whole, frac = self._delay_whole, self._delay_frac
+        # the newest entry is the command sent at this tick; delayed by whole + frac ticks
+        delayed = (1.0 - frac) * self._commands[whole] + frac * self._commands[whole + 1]
+        self._thrust_n += self._motor_alpha * (delayed[0] - self._thrust_n)
+        return np.array([self._thrust_n, *delayed[1:]])
+
+    def observe(self, measured: np.ndarray) -> np.ndarray:
+        """Update with the measurement ``measured`` (13,) taken now; the estimate (3,)."""
+        measured = np.asarray(measured, dtype=np.float64)
+        if self._previous is not None and self._previous[1] is not None:
+            previous, action = self._previous
+            with torch.no_grad():
+                predicted = self.prior(
+                    torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
+                )[0, VEL].numpy()
+            raw = (measured[VEL] - predicted) / self.dt_s
+            self._ticks += 1
+            if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
+                self.estimate_mps2 = self.estimate_mps2 + self._alpha * (raw - self.estimate_mps2)
+                norm = float(np.linalg.norm(self.estimate_mps2))
+                if norm > self.config.accel_limit_mps2:
+                    self.estimate_mps2 = self.estimate_mps2 * (self.config.accel_limit_mps2 / norm)
+        self._previous = (measured, None)
+        return self.estimate_mps2
+
+    def command(self, action: np.ndarray) -> None:
+        """The command (4,) sent in answer to the last measurement (or, after
+        :meth:`interrupt`, without one: it only joins the command history)."""
+        self._commands = [np.asarray(action, dtype=np.float64), *self._commands[:-1]]
+        acting = self._acting_command()
+        if self._previous is not None:
+            self._previous = (self._previous[0], acting)
+
+    def interrupt(self) -> None:
+        """The measurement stream skipped a tick (a command went out without a new
+        measurement): the next measurement starts a new pair instead of being compared across
+        two ticks. The estimate is kept."""
+        self._previous = None
+
+    def force_n(self) -> np.ndarray:
+        """The estimated external force (3,) in newtons: nominal mass times the estimate."""
+        return self.vehicle.mass_kg * self.estimate_mps2
+
+
+@torch.no_grad()
+def hover_force_n(
+    dynamics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    prior: NominalModel,
+    vehicle: VehicleParams,
+    batch: int,
+) -> torch.Tensor:
+    """The force (B, 3) in newtons that ``dynamics(state, action)`` (a step of B environments,
+    e.g. prior ⊕ D(., ., z) bound to B latents) adds to ``prior`` at hover (level, at rest,
+    hover thrust): what an observer reads while the vehicle holds a hover under it."""
+    state = hover_state((batch,))
+    action = torch.tensor([vehicle.hover_thrust_n, 0.0, 0.0, 0.0]).expand(batch, -1)
+    delta_v = dynamics(state, action)[:, VEL] - prior(state, action)[:, VEL]
+    return vehicle.mass_kg * delta_v / prior.config.dt_s

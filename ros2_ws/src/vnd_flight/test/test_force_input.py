@@ -1,0 +1,86 @@
+"""The force input of a policy that reads one: the observer runs only while the policy flies
+the vehicle in the air, its update waits for after the command, and the force reaches the
+policy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from vnd_core.bundle import Bundle
+from vnd_core.dynamics import NominalModel
+from vnd_core.force_observer import ObserverConfig
+from vnd_core.policy import PolicyConfig, PolicyNet
+from vnd_core.reference import ReferenceSpec
+from vnd_core.vehicle import load_vehicle
+from vnd_core.wire import Mode
+from vnd_flight.controller import PolicyController
+from vnd_flight.force_input import ForceInput
+from vnd_flight.safety_config import SafetyConfig
+
+PERIOD_NS = 20_000_000
+T0_NS = 1_000_000_000_000
+# the test plant applies each command at once: the observer is told so
+INSTANT = ObserverConfig(latency_s=0.0, motor_time_constant_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def vehicle():
+    return load_vehicle("agile")
+
+
+def force_bundle(vehicle) -> Bundle:
+    torch.manual_seed(0)
+    policy = PolicyNet(vehicle, PolicyConfig(hidden=(16, 16), force_dim=3)).eval()
+    with torch.no_grad():  # trained weights on the force input
+        policy.net[0].weight[:, -policy.condition_dim :].normal_(0.0, 0.5)
+    return Bundle(1, 0, policy, vehicle)
+
+
+def hover_state(z_m: float = 1.0) -> np.ndarray:
+    state = np.zeros(13)
+    state[2], state[3] = z_m, 1.0
+    return state
+
+
+def fly_in_force(vehicle, controller, force_n, ticks, start_z_m=1.0):
+    """Close the loop on the prior plus a constant world force; the last tick's record."""
+    prior = NominalModel(vehicle)
+    accel = torch.tensor(force_n, dtype=torch.float64) / vehicle.mass_kg
+    dt_s = prior.config.dt_s
+    state = torch.from_numpy(hover_state(start_z_m))[None]
+    bundle = force_bundle(vehicle)
+    record = None
+    for k in range(ticks):
+        now = T0_NS + k * PERIOD_NS
+        record = controller.tick(now, state[0].numpy(), now, bundle, None)
+        controller.after_publish()
+        with torch.no_grad():
+            state = prior(state, torch.from_numpy(record.action)[None])
+        state[0, 7:10] += dt_s * accel
+        state[0, 0:3] += 0.5 * dt_s * dt_s * accel
+    return record
+
+
+def test_the_observed_force_reaches_the_policy(vehicle):
+    controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
+    controller.force_input = ForceInput(vehicle, config=INSTANT)
+    force_n = [0.6, -0.3, 0.2]
+    fly_in_force(vehicle, controller, force_n, 100)  # 2 s: seven filter time constants
+    assert controller.mode == Mode.POLICY
+    np.testing.assert_allclose(controller.force_input.force_n(), force_n, atol=0.03)
+
+
+def test_the_observer_runs_only_while_the_policy_flies_in_the_air(vehicle):
+    force_input = ForceInput(vehicle, min_altitude_m=0.15, config=INSTANT)
+    command = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
+    for _ in range(3):  # on the floor: the ground's reaction must not read as a force
+        force_input.record(Mode.POLICY, hover_state(0.05), True, command)
+        force_input.update()
+    assert force_input.force_n() is None
+    for _ in range(3):
+        force_input.record(Mode.POLICY, hover_state(1.0), True, command)
+        force_input.update()
+    assert force_input.force_n() is not None
+    force_input.record(Mode.FALLBACK_HOLD, hover_state(1.0), True, command)
+    assert force_input.force_n() is None  # a fallback flies: the observer starts over

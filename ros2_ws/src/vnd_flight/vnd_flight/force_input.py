@@ -1,0 +1,78 @@
+"""The force input of a policy that has one (``PolicyConfig.force_dim``): a
+:class:`~vnd_core.force_observer.ForceObserver` run beside the control tick.
+
+The observer runs only while the policy flies the vehicle in the air (mode POLICY, measured
+altitude at least ``min_altitude_m``): on the floor or the stand the ground's reaction reads as
+an upward force, and a policy fed it would answer by cutting thrust, so it would never take off;
+under a fallback the commands are not the policy's. Outside those conditions the observer
+starts over and the policy reads no force.
+
+Its update (one step of the prior, about a millisecond in torch) runs after the command is
+published (:meth:`ForceInput.update`), so the tick reads the estimate of the previous
+measurement: the observer's 0.3 s filter makes that one tick of age immaterial, and the command
+does not wait for it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from vnd_core.force_observer import ForceObserver, ObserverConfig
+from vnd_core.state import POS
+from vnd_core.vehicle import VehicleParams
+from vnd_core.wire import Mode
+
+ALTITUDE = POS.start + 2  # index of the altitude (ENU z) in the state
+
+
+class ForceInput:
+    """The observer of one vehicle and what the policy reads from it (module docstring).
+
+    Args:
+        vehicle: the vehicle the observer's prior models.
+        min_altitude_m: the observer runs only above this altitude (ENU z, m).
+        config: observer settings.
+    """
+
+    def __init__(
+        self,
+        vehicle: VehicleParams,
+        min_altitude_m: float = 0.15,
+        config: ObserverConfig | None = None,
+    ) -> None:
+        self.vehicle = vehicle
+        self.min_altitude_m = min_altitude_m
+        self.config = config or ObserverConfig()
+        self.observer: ForceObserver | None = None  # None: not running
+        # what the next update() feeds the observer: (new measurement or None, command sent)
+        self._pending: tuple[np.ndarray | None, np.ndarray] | None = None
+
+    def force_n(self) -> np.ndarray | None:
+        """The force (3,) in newtons the policy reads now (None: the observer is not running,
+        the policy reads zero)."""
+        return None if self.observer is None else self.observer.force_n()
+
+    def record(self, mode: Mode, measured: np.ndarray, fresh: bool, command: np.ndarray) -> None:
+        """What one tick did: the controller ``mode`` after it, the ``measured`` state (13,),
+        whether that measurement is new (``fresh``) and the ``command`` (4,) sent; applied by
+        :meth:`update`. Leaving the flying conditions stops the observer at once."""
+        flying = mode == Mode.POLICY and float(measured[ALTITUDE]) >= self.min_altitude_m
+        if not flying or not np.isfinite(measured).all():
+            self.observer, self._pending = None, None
+            return
+        self._pending = (np.array(measured, dtype=np.float64) if fresh else None, command.copy())
+
+    def update(self) -> None:
+        """Feed the observer what :meth:`record` kept (call after publishing the command)."""
+        if self._pending is None:
+            return
+        measured, command = self._pending
+        self._pending = None
+        if self.observer is None:
+            if measured is None:
+                return  # starts on a fresh measurement
+            self.observer = ForceObserver(self.vehicle, self.config)
+        if measured is None:
+            self.observer.interrupt()  # a command without a new measurement
+        else:
+            self.observer.observe(measured)
+        self.observer.command(command)
