@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -386,6 +386,29 @@ class PolicyNet(nn.Module):
     def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(low, high) physical action bounds, each (4,)."""
         return self.action_offset - self.action_scale, self.action_offset + self.action_scale
+
+
+def with_force_input(policy: PolicyNet) -> PolicyNet:
+    """A copy of ``policy`` (no force input) given one (``force_dim`` = 3) whose weights start
+    at zero: it flies as ``policy`` does until training gives the force a meaning."""
+    if policy.force_dim:
+        raise ValueError("the policy already has a force input")
+    widened = PolicyNet(policy.vehicle, replace(policy.config, force_dim=3))
+    head = policy.observation.dim - policy.latent_dim  # observation entries before z
+    with torch.no_grad():
+        for name, tensor in policy.state_dict().items():
+            if name not in ("normalizer.mean", "normalizer.std", "net.0.weight"):
+                widened.state_dict()[name].copy_(tensor)
+        old, new = policy.net[0], widened.net[0]
+        assert isinstance(old, nn.Linear) and isinstance(new, nn.Linear)  # mlp() starts so
+        new.weight.zero_()
+        new.weight[:, :head] = old.weight[:, :head]
+        new.weight[:, head + 3 :] = old.weight[:, head:]
+        for stat in ("mean", "std"):  # the force block keeps its default statistics
+            kept, target = getattr(policy.normalizer, stat), getattr(widened.normalizer, stat)
+            target[:head] = kept[:head]
+            target[head + 3 :] = kept[head:]
+    return widened.train(policy.training)
 
 
 def reference_numpy(spec: ReferenceSpec, times_s: np.ndarray) -> np.ndarray:

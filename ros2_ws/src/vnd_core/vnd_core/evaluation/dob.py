@@ -28,7 +28,7 @@ from vnd_core.bundle import Bundle
 from vnd_core.evaluation.baselines import DISTURBANCE_DIM, FORCE, FORCE_SCALE_N
 from vnd_core.evaluation.continual_loop import LATENT_ONLINE, LatentSource, Method
 from vnd_core.force_observer import ForceObserver, ObserverConfig
-from vnd_core.policy import PolicyNet
+from vnd_core.policy import with_force_input
 from vnd_core.vehicle import VehicleParams
 
 
@@ -80,23 +80,15 @@ def force_input_bundle(dob: Bundle) -> Bundle:
     old = dob.policy
     if old.force_dim or old.latent_dim != DISTURBANCE_DIM:
         raise ValueError("force_input_bundle() takes a dob bundle (force in z slots 0-2)")
-    policy = PolicyNet(old.vehicle, dataclasses.replace(old.config, force_dim=3))
+    policy = with_force_input(old)
     head = old.observation.dim - old.latent_dim  # observation entries before z
-    with torch.no_grad():
-        for name, tensor in old.state_dict().items():
-            if name in ("normalizer.mean", "normalizer.std", "net.0.weight"):
-                continue
-            policy.state_dict()[name].copy_(tensor)
-        first_old, first_new = old.net[0], policy.net[0]
-        assert isinstance(first_old, nn.Linear) and isinstance(first_new, nn.Linear)
-        force_cols = first_old.weight[:, head + FORCE.start : head + FORCE.stop] / FORCE_SCALE_N
-        first_new.weight.zero_()
-        first_new.weight[:, :head] = first_old.weight[:, :head]
-        first_new.weight[:, head : head + 3] = force_cols
+    with torch.no_grad():  # dob's force columns move to the force input; z starts silent
+        first = policy.net[0]
+        assert isinstance(first, nn.Linear)
+        force = slice(head + FORCE.start, head + FORCE.stop)
+        first.weight[:, head : head + 3] = old.net[0].weight[:, force] / FORCE_SCALE_N
+        policy.silence_latent()
         for stat in ("mean", "std"):
-            kept = getattr(old.normalizer, stat)
-            target = getattr(policy.normalizer, stat)
-            target[:head] = kept[:head]
-            target[head : head + 3] = kept[head + FORCE.start : head + FORCE.stop]
+            getattr(policy.normalizer, stat)[head : head + 3] = getattr(old.normalizer, stat)[force]
     summary = {**dob.summary, "force_input_from": "dob"}
     return dataclasses.replace(dob, policy=policy.eval(), summary=summary, sha256="")
