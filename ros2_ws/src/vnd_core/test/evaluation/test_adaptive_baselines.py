@@ -109,17 +109,36 @@ def test_mismatched_dr_is_its_own_training_and_dr_keeps_the_plant_law(base_bundl
     assert methods["dr_mismatched"].latent_mode == "none"
 
 
-def test_vnd_starts_from_dobs_policy_reading_the_force_as_its_force_input(base_bundle):
-    """One dob training, shared; vnd's start reads the observer's force through its force
-    input exactly as dob's policy reads it through z, and its z inputs start silent."""
+def test_vnd_learns_on_top_of_drs_policy_trained_once(base_bundle):
     config = EvalConfig.quick(
         randomised_trainer=TrainerConfig(num_envs=4, horizon_ticks=2, iterations=1)
     )
     trained = []
-    methods = prepare_methods(["dob", "vnd"], base_bundle, config, log=trained.append)
+    methods = prepare_methods(["dr", "vnd"], base_bundle, config, log=trained.append)
+    assert len(trained) == 1  # one dr training, shared
+    dr, vnd = methods["dr"].initial.policy, methods["vnd"].initial.policy
+    assert methods["vnd"].latent_mode == "encoder"
+    for name, weight in dr.state_dict().items():
+        torch.testing.assert_close(vnd.state_dict()[name], weight, rtol=0, atol=0)
+    changed = [
+        name
+        for name, weight in base_bundle.policy.state_dict().items()
+        if not torch.equal(weight, dr.state_dict()[name])
+    ]
+    assert changed  # the dr training moved the base policy
+
+
+def test_vnd_observer_starts_from_dobs_policy_reading_the_force_as_its_force_input(base_bundle):
+    """One dob training, shared; vnd_observer's start reads the observer's force through its
+    force input exactly as dob's policy reads it through z, and its z inputs start silent."""
+    config = EvalConfig.quick(
+        randomised_trainer=TrainerConfig(num_envs=4, horizon_ticks=2, iterations=1)
+    )
+    trained = []
+    methods = prepare_methods(["dob", "vnd_observer"], base_bundle, config, log=trained.append)
     assert len(trained) == 1  # one dob training, shared
-    dob, vnd = methods["dob"].initial.policy, methods["vnd"].initial.policy
-    assert methods["vnd"].latent_mode == "encoder" and vnd.force_dim == 3
+    dob, vnd = methods["dob"].initial.policy, methods["vnd_observer"].initial.policy
+    assert methods["vnd_observer"].latent_mode == "encoder" and vnd.force_dim == 3
     reference = ReferenceSpec(kind="figure8")
     state = np.array([0.2, -0.1, 1.1, 0.99, 0.05, -0.05, 0.0, 0.4, -0.3, 0.1, 0.2, -0.1, 0.05])
     force_n = np.array([1.1, -0.6, 0.3])

@@ -229,6 +229,7 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
         (phase,) = row["phases"]  # the wind phase: whole and settled, from the same trace
         assert phase["phase"] == "wind" and phase["settled_m"] > 0 and phase["whole_m"] > 0
     assert rows["base"]["updates"] == 0 and rows["vnd"]["updates"] >= 2
+    assert rows["vnd_observer"]["updates"] >= 2
     assert rows["refit"]["updates"] >= 1  # every 3 s at the most: LOTF's cadence
     md = (tmp_path / "out" / "results.md").read_text()
     assert "| tiny_wind | vnd |" in md and "recovery_s" in md and "## Per phase" in md
@@ -239,7 +240,7 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
     assert payload["results"] == saved["results"]
     dr = load_bundle(tmp_path / "out" / "bundles" / "dr.safetensors")  # vnd fly --bundle
     assert dr.summary["kind"] == "dr" and dr.summary["sees_disturbance"] is False
-    start = load_bundle(tmp_path / "out" / "bundles" / "vnd_start.safetensors")
+    start = load_bundle(tmp_path / "out" / "bundles" / "vnd_observer_start.safetensors")
     assert start.summary["kind"] == "dob" and start.policy.force_dim == 3
     assert (
         load_bundle(tmp_path / "out" / "bundles" / "dr_mismatched.safetensors").summary[

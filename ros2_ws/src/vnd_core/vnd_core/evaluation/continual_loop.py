@@ -142,8 +142,8 @@ class LatentSource:
 class VNDMethod(Method):
     """VND: the :class:`ContinualLearner` (replay of everything, latent-conditioned model)."""
 
-    def __init__(self, bundle: Bundle, config: LearnerConfig) -> None:
-        super().__init__("vnd", bundle, LATENT_ENCODER)
+    def __init__(self, bundle: Bundle, config: LearnerConfig, name: str = "vnd") -> None:
+        super().__init__(name, bundle, LATENT_ENCODER)
         self.config = config
         self.learner: ContinualLearner | None = None
         self.due: str | None = None  # the job should_update found due (KIND_*)

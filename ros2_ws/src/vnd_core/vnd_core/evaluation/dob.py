@@ -83,10 +83,10 @@ def force_input_bundle(dob: Bundle) -> Bundle:
     policy = with_force_input(old)
     head = old.observation.dim - old.latent_dim  # observation entries before z
     with torch.no_grad():  # dob's force columns move to the force input; z starts silent
-        first = policy.net[0]
-        assert isinstance(first, nn.Linear)
+        first, first_old = policy.net[0], old.net[0]
+        assert isinstance(first, nn.Linear) and isinstance(first_old, nn.Linear)
         force = slice(head + FORCE.start, head + FORCE.stop)
-        first.weight[:, head : head + 3] = old.net[0].weight[:, force] / FORCE_SCALE_N
+        first.weight[:, head : head + 3] = first_old.weight[:, force] / FORCE_SCALE_N
         policy.silence_latent()
         for stat in ("mean", "std"):
             getattr(policy.normalizer, stat)[head : head + 3] = getattr(old.normalizer, stat)[force]

@@ -32,7 +32,17 @@ if TYPE_CHECKING:
     from vnd_core.vnd.model import VNDModel
 
 # Table and plot order: the non-adaptive and offline baselines, the online learners, the oracle.
-METHOD_ORDER = ("base", "dr", "dr_mismatched", "dob", "rma", "refit", "vnd", "oracle")
+METHOD_ORDER = (
+    "base",
+    "dr",
+    "dr_mismatched",
+    "dob",
+    "rma",
+    "refit",
+    "vnd",
+    "vnd_observer",
+    "oracle",
+)
 # Line colour and style per method in the error plot (dr_mismatched: dr's colour, dashed).
 METHOD_STYLE = {
     "base": ("C7", "-"),
@@ -42,6 +52,7 @@ METHOD_STYLE = {
     "rma": ("C5", "-"),
     "refit": ("C2", "-"),
     "vnd": ("C0", "-"),
+    "vnd_observer": ("C0", "--"),
     "oracle": ("C3", "-"),
 }
 

@@ -17,14 +17,15 @@ Methods (same plant, seeds, scenarios and update budgets for all):
 - refit: LOTF-style re-fitting of an ensemble of latent-free residuals on a rolling window of
   recent data every 5 s, the policy fine-tuned on their mean (:mod:`refit`);
 - vnd: the continual learner (replay of everything, latent from the encoder every tick),
-  starting from dob's policy given a force input (:func:`~vnd_core.evaluation.dob.
-  force_input_bundle`): the offline knowledge a lab has before it flies; in flight the policy
-  reads the force observer beside the encoder's latent;
+  starting from dr's policy: the offline knowledge a lab has before it flies;
+- vnd_observer: the same learner starting from dob's policy given a force input
+  (:func:`~vnd_core.evaluation.dob.force_input_bundle`); in flight the policy reads the force
+  observer beside the encoder's latent;
 - oracle: the base policy fine-tuned with the true disturbance as its z input, which it also
   gets in flight.
 
-dr, dr_mismatched, dob's policy (also vnd's start) and the oracle (also rma's teacher) are
-trained once per evaluation (training seed 0) with the same trainer budget
+dr (also vnd's start), dr_mismatched, dob's policy (also vnd_observer's) and the oracle (also
+rma's teacher) are trained once per evaluation (training seed 0) with the same trainer budget
 (``randomised_trainer``), warm-started from the base policy, and shared by every cell that
 flies them; rma's module is trained once with ``rma``'s budget. The seeds vary the plant
 (noise, gusts) and the learners. See :mod:`continual_loop` for update timing and
@@ -154,7 +155,7 @@ def prepare_methods(
 ) -> dict[str, Method]:
     """Build (and for the offline baselines, train) every requested method from the base
     bundle; each offline training runs once, shared by the methods that fly it (the oracle's
-    policy is rma's teacher, dob's is where vnd starts)."""
+    policy is rma's teacher, dr's is where vnd starts, dob's where vnd_observer does)."""
     methods: dict[str, Method] = {}
     trained: dict[str, Bundle] = {}
 
@@ -185,10 +186,14 @@ def prepare_methods(
         elif name == "refit":
             methods[name] = RefitMethod(base, config.learner, config.refit)
         elif name == "vnd":
-            # Learning on top of the force-observer policy: a new condition flies at the
-            # observer's level until the learner lands what it cannot see (docs/decisions.md).
-            vnd_start = force_input_bundle(trained_bundle("dob"))
-            methods[name] = VNDMethod(vnd_start, config.learner)
+            # Learning on top of the blind randomised policy: a new condition flies at dr's
+            # level until the learner lands what dr cannot know (docs/decisions.md).
+            methods[name] = VNDMethod(trained_bundle("dr"), config.learner)
+        elif name == "vnd_observer":
+            # The same learner on top of the force-observer policy: a new force is answered
+            # at once, the learner lands what the observer cannot see (docs/decisions.md).
+            observer_start = force_input_bundle(trained_bundle("dob"))
+            methods[name] = VNDMethod(observer_start, config.learner, name)
         else:
             raise ValueError(f"unknown method {name!r}; choose from {METHOD_ORDER}")
     return methods
@@ -261,12 +266,12 @@ def evaluate(
 
 def save_offline_bundles(methods: dict[str, Method], bundle_dir: Path) -> list[Path]:
     """Write the offline-trained policies ``vnd fly --bundle`` can fly (z hidden, from the
-    encoder or with the force observer) as ``bundle_dir/<name>.safetensors``: dr,
-    dr_mismatched and vnd_start (where vnd starts)."""
+    encoder or with the force observer) as ``bundle_dir/<name>.safetensors``: dr (where vnd
+    starts), dr_mismatched and vnd_observer_start (where vnd_observer starts)."""
     flyable = {
-        "dr": methods.get("dr"),
+        "dr": methods["dr"] if "dr" in methods else methods.get("vnd"),
         "dr_mismatched": methods.get("dr_mismatched"),
-        "vnd_start": methods.get("vnd"),
+        "vnd_observer_start": methods.get("vnd_observer"),
     }
     return [
         save_bundle(method.initial, bundle_dir / f"{name}.safetensors")
@@ -323,7 +328,7 @@ def _run_cell(cell: _Cell) -> tuple[dict, RunTrace | None]:
         cell.method, cell.scenario, cell.seed, cell.update_delay_s, cpu_share=cell.cpu_share
     )
     metrics = run_metrics(run, cell.scenario)
-    if cell.method.name == "vnd":
+    if cell.method.name == "vnd":  # the latent figures and plots are the plain learner's
         metrics["latent"] = _latent_figures(run, cell.scenario, cell.out_dir, cell.seed)
     if cell.seed != 0:
         return metrics, None
@@ -449,11 +454,15 @@ def method_definitions(config: EvalConfig) -> dict:
         f"latent-free residuals fitted ({r.fit_steps} steps each) on the last {r.window_s} s, "
         f"the policy fine-tuned on their mean ({r.policy_iterations} iterations x "
         f"{r.policy_envs} rollouts); {REFIT_BUDGET_NOTE}",
-        "vnd": "continual learner starting from dob's policy (the same offline training, "
-        "shared) given a force input that the force observer feeds in flight beside the "
-        f"encoder's latent: fit {config.learner.fit.steps} steps, trainer "
+        "vnd": "continual learner starting from dr's policy (the same offline training, "
+        f"shared): fit {config.learner.fit.steps} steps, trainer "
         f"{config.learner.trainer.iterations} iterations x {config.learner.trainer.num_envs} "
         f"rollouts per update, at least {config.learner.min_interval_s} s apart",
+        "vnd_observer": "the vnd learner starting from dob's policy (the same offline training, "
+        "shared) given a force input: in flight the policy reads dob's force observer beside "
+        "the encoder's latent; its training adds a force input (what an observer reads at "
+        "hover, plus an external force in half the episodes) and a gate on station keeping on "
+        "the prior plus the replay's mean error",
         "oracle": "base policy fine-tuned on dr's ranges plus rotor damage with the true "
         "disturbance vector as its z input, and given the true vector in flight; budget "
         f"{offline} (no upper bound: the same budget as dr)",
