@@ -121,6 +121,15 @@ class NominalModel:
     __call__ = step
 
 
+def constant_accel_delta(accel_mps2: torch.Tensor, dt_s: float) -> torch.Tensor:
+    """State increment (B, 13) of a world-frame acceleration ``accel_mps2`` (B, 3) held
+    constant over one tick of ``dt_s``: position 0.5 a dt^2, velocity a dt, nothing else."""
+    zeros = accel_mps2.new_zeros(accel_mps2.shape[0], 4)
+    return torch.cat(
+        [0.5 * dt_s * dt_s * accel_mps2, zeros, dt_s * accel_mps2, zeros[:, :3]], dim=1
+    )
+
+
 def _flatten(
     state: torch.Tensor, action: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, tuple[int, ...]]:

@@ -84,3 +84,16 @@ def test_the_observer_runs_only_while_the_policy_flies_in_the_air(vehicle):
     assert force_input.force_n() is not None
     force_input.record(Mode.FALLBACK_HOLD, hover_state(1.0), True, command)
     assert force_input.force_n() is None  # a fallback flies: the observer starts over
+
+
+def test_a_bundle_without_a_force_input_drops_the_observer(vehicle):
+    """Swapping to a bundle without a force input drops the observer, so a later force bundle
+    starts on fresh measurements instead of pairing one from before the swap."""
+    controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
+    fly_in_force(vehicle, controller, [0.5, 0.0, 0.0], 20)
+    assert controller.force_input is not None
+    plain = Bundle(2, 0, PolicyNet(vehicle, PolicyConfig(hidden=(16, 16))).eval(), vehicle)
+    now = T0_NS + 21 * PERIOD_NS
+    controller.tick(now, hover_state(), now, plain, None)
+    controller.after_publish()
+    assert controller.force_input is None

@@ -332,8 +332,10 @@ class PolicyController:
     # ------------------------------------------------------------------ internals
     def _force_input_for(self, bundle: Bundle | None) -> ForceInput | None:
         """The force input when ``bundle``'s policy reads one (made on first need, kept across
-        swaps: the force is the vehicle's, not the bundle's)."""
+        swaps between such bundles: the force is the vehicle's, not the bundle's; dropped while
+        a bundle without one flies, so a later one starts on fresh measurements)."""
         if bundle is None or not bundle.policy.force_dim:
+            self.force_input = None
             return None
         if self.force_input is None:
             self.force_input = ForceInput(bundle.vehicle)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from vnd_core.bundle import Bundle
-from vnd_core.dynamics import NominalModel
+from vnd_core.dynamics import NominalModel, constant_accel_delta
 from vnd_core.plant_parts import ROTOR_COUNT, allocation_matrix
 from vnd_core.policy import ObservationBuilder, PolicyNet
 from vnd_core.scenario import (
@@ -239,10 +239,7 @@ class ExternalForcePrior:
         mass_ratio = 1.0 + z[:, MASS : MASS + 1] * DISTURBANCE_SCALE[MASS]
         nxt = self.prior(state, torch.cat([action[:, :1] / mass_ratio, action[:, 1:]], dim=1))
         accel = z[:, FORCE] * FORCE_SCALE_N / (self.vehicle.mass_kg * mass_ratio)
-        dt = self.dt_s
-        zeros = torch.zeros_like(state[:, :4])
-        delta = torch.cat([0.5 * dt * dt * accel, zeros, dt * accel, zeros[:, :3]], dim=1)
-        return nxt + delta
+        return nxt + constant_accel_delta(accel, self.dt_s)
 
 
 def disturbance_dynamics(

@@ -92,10 +92,15 @@ def run_gates(
     delay = model.config.action_delay_ticks or v.delay_ticks
 
     # what a force observer reads under the conditions the rollouts fly (policies with a force
-    # input read it, whichever latent they read)
-    observed_n = hover_force_n(
-        lambda s, a: dynamics(s, a, eval_set.z_model), model.prior, vehicle, len(eval_set.z_model)
-    )
+    # input read it, whichever latent they read; the others never do)
+    observed_n = None
+    if policy.force_dim or active.policy.force_dim:
+        observed_n = hover_force_n(
+            lambda s, a: dynamics(s, a, eval_set.z_model),
+            model.prior,
+            vehicle,
+            len(eval_set.z_model),
+        )
 
     def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
         errors = rollout_errors(

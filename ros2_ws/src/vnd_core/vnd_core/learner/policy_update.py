@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vnd_core.dynamics import NominalModel
+from vnd_core.dynamics import NominalModel, constant_accel_delta
 from vnd_core.force_observer import hover_force_n
 from vnd_core.policy import PolicyNet
 from vnd_core.trainer import PolicyTrainer, TrainerConfig, ZSampler
@@ -164,8 +164,6 @@ class HoverForce:
         self.dynamics = dynamics
         self.prior = prior  # the one ``dynamics`` corrects
         self.vehicle = vehicle
-        self.mass_kg = vehicle.mass_kg
-        self.dt_s = prior.config.dt_s
 
     def __call__(self, z: torch.Tensor, step: Step | None = None) -> torch.Tensor:
         """The force under ``z`` (B, nz); ``step``: the dynamics already bound to ``z``."""
@@ -197,14 +195,12 @@ def forced_dynamics(dynamics: LatentBoundDynamics, hover: HoverForce) -> LatentB
     """``dynamics`` under a condition (B, 3 + nz) of :func:`with_force`: the z part drives
     ``dynamics``, and the force input minus the residual's own force at hover is an external
     world-frame force (N) on the nominal mass, held over each tick."""
-    dt_s = hover.dt_s
 
     def bind_latent(condition: torch.Tensor) -> Step:
         z = condition[:, 3:]
         inner = dynamics.bind_latent(z)
-        accel = (condition[:, :3] - hover(z, inner)) / hover.mass_kg
-        zeros = accel.new_zeros(accel.shape[0], 4)
-        delta = torch.cat([0.5 * dt_s * dt_s * accel, zeros, dt_s * accel, zeros[:, :3]], 1)
+        accel = (condition[:, :3] - hover(z, inner)) / hover.vehicle.mass_kg
+        delta = constant_accel_delta(accel, hover.prior.config.dt_s)
 
         def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
             return inner(state, action) + delta
