@@ -66,9 +66,17 @@ def test_the_observed_force_reaches_the_policy(vehicle):
     controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
     controller.force_input = ForceInput(vehicle, config=INSTANT)
     force_n = [0.6, -0.3, 0.2]
-    fly_in_force(vehicle, controller, force_n, 100)  # 2 s: seven filter time constants
+    record = fly_in_force(vehicle, controller, force_n, 100)  # 2 s: seven filter time constants
     assert controller.mode == Mode.POLICY
     np.testing.assert_allclose(controller.force_input.force_n(), force_n, atol=0.03)
+    # the tick record (vnd/force_input) carries what the policy read
+    np.testing.assert_allclose(record.force_n, force_n, atol=0.03)
+
+
+def test_the_record_holds_zero_force_until_the_observer_runs(vehicle):
+    controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
+    record = fly_in_force(vehicle, controller, [0.6, 0.0, 0.0], 1)
+    np.testing.assert_array_equal(record.force_n, np.zeros(3))
 
 
 def test_the_observer_runs_only_while_the_policy_flies_in_the_air(vehicle):
@@ -94,6 +102,7 @@ def test_a_bundle_without_a_force_input_drops_the_observer(vehicle):
     assert controller.force_input is not None
     plain = Bundle(2, 0, PolicyNet(vehicle, PolicyConfig(hidden=(16, 16))).eval(), vehicle)
     now = T0_NS + 21 * PERIOD_NS
-    controller.tick(now, hover_state(), now, plain, None)
+    record = controller.tick(now, hover_state(), now, plain, None)
     controller.after_publish()
     assert controller.force_input is None
+    assert record.force_n is None  # no vnd/force_input for a policy that reads no force

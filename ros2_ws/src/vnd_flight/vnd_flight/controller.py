@@ -96,6 +96,9 @@ class TickRecord:
     z_valid: bool  # z came from a matching, valid, fresh latent
     policy_version: int  # bundle version of the policy (0 = none)
     encoder_version: int  # version of the newest latent's encoder (0 = none received)
+    # (3,) external force the policy read, N, world ENU (zeros while the observer is not
+    # running); None: the policy has no force input
+    force_n: np.ndarray | None = None
 
 
 class ReferenceRunner(PolicyRunner):
@@ -289,6 +292,7 @@ class PolicyController:
             z_valid=z_valid,
             policy_version=version,
             encoder_version=latent.encoder_version if latent is not None else 0,
+            force_n=None if force_input is None else _read_force(force_n),
         )
 
     def rehearse(
@@ -383,3 +387,9 @@ class PolicyController:
             return zeros, False
         assert latent is not None  # no reason: the latent is there
         return latent.z.astype(np.float32, copy=False), True
+
+
+def _read_force(force_n: np.ndarray | None) -> np.ndarray:
+    """The force (3,) a force-input policy read: the observer's, or zeros while it is not
+    running (a copy: the observer's next update must not change the tick's record)."""
+    return np.zeros(3) if force_n is None else np.array(force_n, dtype=float)

@@ -9,7 +9,8 @@ import time
 
 import numpy as np
 import torch
-from vnd_core.bundle import bundle_to_bytes, save_bundle
+from vnd_core.bundle import bundle_to_bytes, load_bundle, save_bundle
+from vnd_core.policy import with_force_input
 from vnd_core.wire import Mode
 from vnd_flight.msgfields import stamp_ns
 from vnd_ros.qos import (
@@ -89,6 +90,9 @@ def test_ticks_records_nan_odometry_and_latent_versions(harness, bundles):
         commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
         replay = peer.record("vnd_msgs/msg/Transition", "vnd/replay", qos_profile_replay)
         status = peer.record("vnd_msgs/msg/NodeStatus", "vnd/node_status", qos_profile_status)
+        forces = peer.record(
+            "geometry_msgs/msg/Vector3Stamped", "vnd/force_input", qos_profile_sensor_data
+        )
         latent = {"msg": None}
         peer.every(0.02, lambda: latent["msg"] and latent_pub.publish(latent["msg"]))
         peer.start()
@@ -135,6 +139,36 @@ def test_ticks_records_nan_odometry_and_latent_versions(harness, bundles):
         last = status[-1][1]
         assert last.mode == Mode.POLICY and last.active_version == 1
         assert last.missed_ticks <= 2 and last.ticks >= len(window)
+        assert not forces  # its policy reads no force
+    finally:
+        peer.close()
+        node.stop()
+
+
+def test_a_force_input_bundle_publishes_the_force_its_policy_reads(harness, bundles, tmp_path):
+    H = harness
+    bundle = load_bundle(bundles["v1"])
+    bundle.policy, bundle.sha256 = with_force_input(bundle.policy), ""
+    path = save_bundle(bundle, tmp_path / "force_input.safetensors")
+    node = start_policy(harness, {"v1": path}, "/pt_force")
+    peer = H.Peer("/pt_force")
+    try:
+        H.OdomFeeder(peer)
+        commands = peer.record("vnd_msgs/msg/CtbrCommand", "vnd/command", qos_profile_sensor_data)
+        forces = peer.record(
+            "geometry_msgs/msg/Vector3Stamped", "vnd/force_input", qos_profile_sensor_data
+        )
+        peer.start()
+        node.wait_log("policy node ready")
+        H.wait_for(lambda: len(forces) >= 100, 20.0, "two seconds of force input")
+        sent = {stamp_ns(m.header.stamp) for _, m in commands if m.mode == Mode.POLICY}
+        read = [m for _, m in forces]
+        # one per tick, stamped like the tick's command, in the world frame
+        matched = [stamp_ns(m.header.stamp) in sent for m in read]
+        assert sum(matched) >= 0.95 * len(read), f"{sum(matched)} of {len(read)} match"
+        assert all(m.header.frame_id == "world" for m in read)
+        vectors = np.array([(m.vector.x, m.vector.y, m.vector.z) for m in read])
+        assert np.isfinite(vectors).all()
     finally:
         peer.close()
         node.stop()

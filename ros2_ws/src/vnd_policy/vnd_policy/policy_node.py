@@ -21,7 +21,9 @@ Topics (relative, in the vehicle namespace; see docs/topics.md):
     in   odom (nav_msgs/Odometry), vnd/latent, vnd/reference, vnd/model,
          vnd/checkpoint/command
     out  vnd/command (CtbrCommand, header.stamp = the odometry stamp), vnd/replay (one
-         Transition per tick), vnd/checkpoint/status, vnd/node_status (1 Hz)
+         Transition per tick), vnd/force_input (geometry_msgs/Vector3Stamped per tick while a
+         bundle with a force input flies: the force the policy read), vnd/checkpoint/status,
+         vnd/node_status (1 Hz)
 
 Odometry with NaN/inf or a stamp not newer than the last one is dropped and counted. Bundles
 (learner, operator) are loaded and checked on a worker thread (``vnd_flight
@@ -158,6 +160,10 @@ class PolicyNode(Node):
             self.CtbrCommand, "vnd/command", qos_profile_sensor_data
         )
         self.replay_pub = self.create_publisher(self.Transition, "vnd/replay", qos_profile_replay)
+        self.Vector3Stamped = msg("geometry_msgs/msg/Vector3Stamped")
+        self.force_pub = self.create_publisher(
+            self.Vector3Stamped, "vnd/force_input", qos_profile_sensor_data
+        )
         arming: dict[int, Callable[[str], CheckpointReply]] = {
             CheckpointAction.ARM: self.arm_reply,
             CheckpointAction.DISARM: self.disarm_reply,
@@ -274,7 +280,10 @@ class PolicyNode(Node):
         )
         if record is None:
             return
-        for msg in (self.command(record, odom_stamp_ns), self.transition(record, odom_stamp_ns)):
+        messages = [self.command(record, odom_stamp_ns), self.transition(record, odom_stamp_ns)]
+        if record.force_n is not None:
+            messages.append(self.force_input(record.force_n, odom_stamp_ns))
+        for msg in messages:
             serialize = getattr(msg, "serialize", None)  # the dds backend's codec; rclpy: in C
             if serialize is not None:
                 serialize()
@@ -301,6 +310,8 @@ class PolicyNode(Node):
             self.latency.add_ns(published_ns - odom_stamp_ns)
         self.tick_count += 1
         self.replay_pub.publish(self.transition(record, odom_stamp_ns))
+        if record.force_n is not None:
+            self.force_pub.publish(self.force_input(record.force_n, odom_stamp_ns))
         self.controller.after_publish()
         self.apply_bundle_loads()
         self._check_tick_interval()
@@ -376,6 +387,15 @@ class PolicyNode(Node):
             encoder_version=record.encoder_version,
             mode=int(record.mode),
         )
+        set_stamp(msg.header.stamp, odom_stamp_ns)
+        msg.header.frame_id = self.cfg.world_frame
+        return msg
+
+    def force_input(self, force_n: np.ndarray, odom_stamp_ns: int) -> Any:
+        """The vnd/force_input message of one tick: the force ``force_n`` (3,) in newtons,
+        world frame, that the policy read."""
+        msg = self.Vector3Stamped()
+        msg.vector.x, msg.vector.y, msg.vector.z = (float(f) for f in force_n)
         set_stamp(msg.header.stamp, odom_stamp_ns)
         msg.header.frame_id = self.cfg.world_frame
         return msg

@@ -135,6 +135,7 @@ def test_report_json_contract_and_files(tmp_path):
     assert data["model_updates"][1]["active_s"] is None
     assert data["model_push_median_s"] == pytest.approx(0.4)
     assert data["improvement"]["phase"] == "wind_a"
+    assert data["force_input"] is None  # a policy without a force input publishes none
     md = flight_report_files.write_markdown(report, tmp_path / "report.md", "test").read_text()
     assert "1.2" in md and "median" in md and "wind_a" in md
     png = flight_report_files.plot_report(report, tmp_path / "report.png", "test")
@@ -160,6 +161,8 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
         ("vnd/replay", "vnd_msgs/msg/Transition"),
         ("vnd/node_status", "vnd_msgs/msg/NodeStatus"),
         ("vnd/checkpoint/status", "vnd_msgs/msg/CheckpointStatus"),
+        ("sim/disturbance", "geometry_msgs/msg/Vector3Stamped"),
+        ("vnd/force_input", "geometry_msgs/msg/Vector3Stamped"),
     ):
         definition, _ = messages.message_definition(type_name)
         conns[topic] = writer.add_connection(
@@ -183,6 +186,14 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
         put("sim/truth", truth, stamp)
         tick = msg("vnd_msgs/msg/Transition")(reference=[0, 0, 1.0] + [0.0] * 6, z_valid=False)
         put("vnd/replay", stamped(tick, stamp), stamp)
+        # from 2 s on a 1 N push along x, of which the policy reads 0.9 N
+        force = msg("geometry_msgs/msg/Vector3Stamped")()
+        force.vector.x = 0.9 if t_s >= 2.0 else 0.0
+        put("vnd/force_input", stamped(force, stamp), stamp)
+        if k % 5 == 0:  # the simulator publishes at its own rate
+            true = msg("geometry_msgs/msg/Vector3Stamped")()
+            true.vector.x = 1.0 if t_s >= 2.0 else 0.0
+            put("sim/disturbance", stamped(true, stamp), stamp)
     for second in range(6):
         stamp = ZERO_NS + second * NS + 3_000_000
         counters = {"scenario_time_ms": second * 1000, "slipped_ms": 0, "started": 1}
@@ -240,6 +251,14 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
     assert data["host_cpu"] == {"sampled": False}  # no per-tick samples to split
     assert data["host_stalls"] == {"probed": False}  # flown without the probe
     assert "p0" in table and (run / "report.png").is_file() and (run / "report.md").is_file()
+    calm, pushed = data["force_input"]
+    # scenario zero is 3 ms after ZERO_NS: the push's first tick counts to p0
+    assert calm["read_n"] == pytest.approx(0.0, abs=0.01)
+    assert calm["true_n"] == pytest.approx(0.0, abs=0.01)
+    assert pushed["read_n"] == pytest.approx(0.9) and pushed["true_n"] == pytest.approx(1.0)
+    # the sim's sample is held until its next one, so the stamps line up without a lag
+    assert pushed["rms_difference_n"] == pytest.approx(0.1, abs=0.01)
+    assert "force input, policy read / true" in table and "p1 0.90 / 1.00 N" in table
 
 
 def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):

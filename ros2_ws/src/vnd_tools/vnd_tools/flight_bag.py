@@ -133,6 +133,7 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
     ns = namespaced(vehicle, "")
     truth_t, truth_p, tick_t, tick_ref, tick_z, tick_valid, tick_mode = [], [], [], [], [], [], []
     dist_t, dist_f, points, policy_windows = [], [], [], []
+    force_t, force_n = [], []
     swaps: dict[int, dict[str, int]] = {}
     learner_versions: dict[int, int] = {}
     final_nodes: dict[str, dict] = {}
@@ -155,6 +156,9 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
         elif name == "sim/disturbance":
             dist_t.append(stamp)
             dist_f.append((msg.vector.x, msg.vector.y, msg.vector.z))
+        elif name == "vnd/force_input":
+            force_t.append(stamp)
+            force_n.append((msg.vector.x, msg.vector.y, msg.vector.z))
         elif name == "vnd/checkpoint/status" and msg.accepted:
             if msg.request_id.startswith("model:"):
                 version = int(msg.request_id.split(":", 1)[1])
@@ -190,6 +194,8 @@ def read_flight(bag: Path, vehicle: str) -> FlightInputs:
         tick_mode=np.array(tick_mode, dtype=int),
         disturbance_stamp_ns=np.array(dist_t, dtype=np.int64),
         disturbance_n=np.array(dist_f, dtype=float).reshape(-1, 3),
+        force_input_stamp_ns=np.array(force_t, dtype=np.int64),
+        force_input_n=np.array(force_n, dtype=float).reshape(-1, 3),
     )
     return FlightInputs(
         series,

@@ -35,6 +35,11 @@ Definitions (also written into report.md):
   (``vnd_tools.hoststall``); every policy tick more than 1.5 periods after the previous
   one (the policy's missed-tick rule; watchdog ticks count) is put against them, with the
   time each CPU lost inside its gap and the longest odometry gap around it.
+- Force input (``force_input``, bundles whose policy reads a force observer): per phase, the
+  mean magnitude of the force the policy read (vnd/force_input), of the simulator's true
+  external force at the same stamps (sim/disturbance, held from its last sample), and the RMS
+  of their vector difference. The observer measures what the prior does not explain, so
+  unmodelled vehicle effects (motor lag, drag in calm air) count as difference too.
 """
 
 from __future__ import annotations
@@ -289,6 +294,8 @@ class FlightSeries:
     tick_mode: np.ndarray = field(default_factory=lambda: np.zeros(0, int))  # (M,)
     disturbance_stamp_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     disturbance_n: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # (D, 3) [N]
+    force_input_stamp_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    force_input_n: np.ndarray = field(default_factory=lambda: np.zeros((0, 3)))  # (F, 3) [N]
 
 
 @dataclass
@@ -302,6 +309,8 @@ class FlightReport:
     latent_z: np.ndarray  # (L, Z) valid latents
     disturbance_t_s: np.ndarray  # (D,) scenario time of the disturbance samples
     disturbance_n: np.ndarray  # (D, 3) true external force [N]
+    force_input_t_s: np.ndarray  # (F,) scenario time of the policy's force-input samples
+    force_input_n: np.ndarray  # (F, 3) force the policy read [N]
 
 
 def build_report(
@@ -351,6 +360,11 @@ def build_report(
         "model_push_median_s": _round(_median([u.push_s for u in updates]), 3),
         **(extra or {}),
     }
+    disturbance_t = clock.to_scenario_s(series.disturbance_stamp_ns)
+    disturbance_n = np.asarray(series.disturbance_n, dtype=float).reshape(-1, 3)
+    force_t = clock.to_scenario_s(series.force_input_stamp_ns)
+    force_n = np.asarray(series.force_input_n, dtype=float).reshape(-1, 3)
+    data["force_input"] = force_input_phases(force_t, force_n, disturbance_t, disturbance_n, spans)
     latent_t, latent_z = _valid_latents(series, clock)
     return FlightReport(
         data=data,
@@ -358,9 +372,63 @@ def build_report(
         error_m=flown,
         latent_t_s=latent_t,
         latent_z=latent_z,
-        disturbance_t_s=clock.to_scenario_s(series.disturbance_stamp_ns),
-        disturbance_n=np.asarray(series.disturbance_n, dtype=float).reshape(-1, 3),
+        disturbance_t_s=disturbance_t,
+        disturbance_n=disturbance_n,
+        force_input_t_s=force_t,
+        force_input_n=force_n,
     )
+
+
+def force_input_phases(
+    force_t_s: np.ndarray,
+    force_n: np.ndarray,
+    disturbance_t_s: np.ndarray,
+    disturbance_n: np.ndarray,
+    spans: Sequence[tuple[str, float, float]],
+) -> list[dict[str, Any]] | None:
+    """Per phase: the force the policy read (``force_t_s`` (F,), ``force_n`` (F, 3)) against
+    the true external force (``disturbance_t_s`` (D,), ``disturbance_n`` (D, 3), each sample
+    held until the next); None when no force input was recorded (module docstring)."""
+    if not len(force_t_s):
+        return None
+    true_n = _held(disturbance_t_s, disturbance_n, force_t_s)
+    rows = []
+    for name, start_s, end_s in spans:
+        inside = (force_t_s >= start_s) & (force_t_s < end_s)
+        read, true = force_n[inside], true_n[inside]
+        known = np.isfinite(true).all(axis=1)
+        rows.append(
+            {
+                "name": name,
+                "samples": int(inside.sum()),
+                "read_n": _round(_mean_norm(read), 4),
+                "true_n": _round(_mean_norm(true[known]), 4),
+                "rms_difference_n": _round(
+                    float(np.sqrt(np.mean(np.sum((read[known] - true[known]) ** 2, axis=1))))
+                    if known.any()
+                    else None,
+                    4,
+                ),
+            }
+        )
+    return rows
+
+
+def _held(t_s: np.ndarray, values: np.ndarray, at_s: np.ndarray) -> np.ndarray:
+    """``values`` (N, 3) sampled at increasing ``t_s`` (N,), held from each sample to the next,
+    at times ``at_s`` (M,); NaN before the first sample."""
+    out = np.full((len(at_s), 3), np.nan)
+    if not len(t_s):
+        return out
+    order = np.argsort(t_s, kind="stable")
+    index = np.searchsorted(np.asarray(t_s)[order], at_s, side="right") - 1
+    valid = index >= 0
+    out[valid] = np.asarray(values)[order][index[valid]]
+    return out
+
+
+def _mean_norm(vectors: np.ndarray) -> float | None:
+    return float(np.mean(np.linalg.norm(vectors, axis=1))) if len(vectors) else None
 
 
 def _valid_latents(series: FlightSeries, clock: ScenarioClock) -> tuple[np.ndarray, np.ndarray]:

@@ -63,6 +63,15 @@ def summary_table(data: dict[str, Any]) -> str:
     stalls = data.get("host_stalls") or {}
     if stalls.get("probed") and stalls.get("probe"):
         lines.append(_stall_line(stalls))
+    forces = data.get("force_input")
+    if forces:
+        per_phase = ", ".join(
+            f"{f['name']} {_fmt(f['read_n'], 2)} / {_fmt(f['true_n'], 2)} N "
+            f"(RMS difference {_fmt(f['rms_difference_n'], 2)} N)"
+            for f in forces
+            if f["samples"]
+        )
+        lines.append(f"force input, policy read / true, mean magnitude: {per_phase}")
     updates = data["model_updates"]
     pushes = ", ".join(
         f"v{u['version']}{' (policy)' if u.get('kind') == 'policy' else ''} decided "
@@ -230,22 +239,30 @@ def _plot_error(ax: Axes, report: FlightReport, colours: dict[str, Any]) -> None
             transform=ax.get_xaxis_transform(),
             fontsize=8,
         )
-    if len(report.disturbance_t_s):
-        twin = ax.twinx()
+    forces = [
+        (report.disturbance_t_s, report.disturbance_n, "-", "C0", "|disturbance force|"),
+        (report.force_input_t_s, report.force_input_n, "--", "C1", "|force the policy read|"),
+    ]
+    shown = [force for force in forces if len(force[0])]
+    twin = ax.twinx() if shown else None
+    for t_s, force_n, style, colour, label in shown:
+        assert twin is not None  # made when anything is shown
         twin.plot(
-            report.disturbance_t_s,
-            np.linalg.norm(report.disturbance_n, axis=1),
+            t_s,
+            np.linalg.norm(force_n, axis=1),
             lw=0.8,
-            color="C0",
-            alpha=0.6,
-            label="|disturbance force|",
+            ls=style,
+            color=colour,
+            alpha=0.7,
+            label=label,
         )
-        twin.set_ylabel("disturbance force [N]", color="C0")
+    if twin is not None:
+        twin.set_ylabel("external force [N]", color="C0")
     ax.set_xlabel("scenario time [s]")
     ax.set_ylabel("position error [m]")
     ax.set_title("tracking error (dashed green: model update active in encoder and policy)")
     handles, labels = ax.get_legend_handles_labels()
-    if len(report.disturbance_t_s):
+    if twin is not None:
         more_handles, more_labels = twin.get_legend_handles_labels()
         handles, labels = handles + more_handles, labels + more_labels
     # below the axes: phase labels and model-update markers stay readable

@@ -69,6 +69,7 @@ RECORD_TOPICS = (
     "vnd/command",
     "vnd/latent",
     "vnd/replay",
+    "vnd/force_input",
     "vnd/reference",
     "vnd/model",
     "vnd/checkpoint/command",
