@@ -131,6 +131,19 @@ class ForceObserver:
         return self.vehicle.mass_kg * self.estimate_mps2
 
 
+def observer_limit_n(vehicle: VehicleParams, config: ObserverConfig | None = None) -> float:
+    """The largest force (N) the observer reports: its acceleration clip times the nominal
+    mass (what a policy with a force input can read)."""
+    return (config or ObserverConfig()).accel_limit_mps2 * vehicle.mass_kg
+
+
+def clip_to_observer(force_n: torch.Tensor, limit_n: float) -> torch.Tensor:
+    """Forces (..., 3) in newtons as the observer reports them: scaled down to a norm of at
+    most ``limit_n``, direction kept."""
+    norm = force_n.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+    return force_n * (limit_n / norm).clamp(max=1.0)
+
+
 @torch.no_grad()
 def hover_force_n(
     dynamics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],

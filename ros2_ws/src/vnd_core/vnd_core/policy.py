@@ -256,7 +256,12 @@ class ObservationBuilder:
         q = state[:, QUAT]
         features = torch.cat([state - ref_state, (q.unsqueeze(-1) * q.unsqueeze(-2)).flatten(1)], 1)
         head = torch.addmm(ref_head, features, self.head_map)
-        return torch.cat([head, prev_actions_norm, z], dim=-1)
+        return torch.cat([head, prev_actions_norm, self.seen_condition(z)], dim=-1)
+
+    def seen_condition(self, condition: torch.Tensor) -> torch.Tensor:
+        """The condition (B, condition_dim) as the policy reads it: as given. Training
+        builders override it to hide or limit what the policy cannot read in flight."""
+        return condition
 
     def build_from(
         self,

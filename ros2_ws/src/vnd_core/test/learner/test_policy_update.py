@@ -7,6 +7,7 @@ import copy
 
 import pytest
 import torch
+from vnd_core.force_observer import observer_limit_n
 from vnd_core.learner.novelty import focus_weights
 from vnd_core.learner.policy_update import (
     ForceTraining,
@@ -16,6 +17,7 @@ from vnd_core.learner.policy_update import (
     anchored_latent,
     data_inputs,
     forced_dynamics,
+    on_model_trainer,
     train_policy_on_model,
     with_force,
 )
@@ -23,6 +25,7 @@ from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.state import hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.components import DEFAULT_COMPONENTS
 from vnd_core.vnd.data import Segment, TransitionDataset
 from vnd_core.vnd.features import RES_POS, RES_VEL, apply_residual, dynamics_input
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
@@ -213,6 +216,52 @@ def test_force_input_reads_the_models_force_plus_the_external_one_the_dynamics_a
     torch.testing.assert_close(
         (got - plain)[:, 7:10], dt_s * external / VEHICLE.mass_kg, atol=1e-5, rtol=1e-4
     )
+
+
+def test_a_force_policy_reads_the_force_as_its_observer_reports_it_clipped():
+    """In flight the observer reports at most its clip (4 m/s^2 times the nominal mass); a
+    policy trained reading more would take a clipped reading for a weaker push. Training clips
+    what the policy reads, and the roll-out still applies the whole force."""
+    accel = torch.tensor([6.0, 0.0, 0.0])  # 4.5 N, beyond the observer's 3.0 N
+    model = constant_force_model(accel)
+    policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
+    config = TrainerConfig(num_envs=16, horizon_ticks=8, episode_ticks=40, iterations=1)
+    trainer = on_model_trainer(
+        policy,
+        model,
+        VEHICLE,
+        config,
+        anchor_fraction=0.0,
+        residual_bound=None,
+        latent_pool=None,
+        pool_fraction=0.0,
+        pool_weights=None,
+        components=DEFAULT_COMPONENTS,
+        trust_region=HOVER,
+    )
+    limit_n = observer_limit_n(VEHICLE)
+    assert limit_n == pytest.approx(4.0 * VEHICLE.mass_kg)
+    condition = trainer.env.z
+    full = condition[:, :3].norm(dim=1)
+    assert (full > limit_n + 0.5).all()  # every episode's force is beyond the clip
+    state = trainer.env.state
+    ref_state, ref_head = torch.zeros_like(state), torch.zeros(16, trainer.builder.head_dim)
+    prev = torch.zeros(16, trainer.n_prev_cols)
+    obs = trainer.builder.build(state, ref_state, ref_head, prev, condition)
+    read = obs[:, -policy.condition_dim : -policy.latent_dim]
+    torch.testing.assert_close(read.norm(dim=1), torch.full((16,), limit_n))
+    torch.testing.assert_close(
+        read / read.norm(dim=1, keepdim=True), condition[:, :3] / full[:, None]
+    )
+    torch.testing.assert_close(obs[:, -policy.latent_dim :], condition[:, 3:])
+    # the roll-out applies the model's whole force: the trainer's dynamics are not clipped
+    step = trainer.dynamics.bind_latent(condition)
+    with torch.no_grad():
+        hover = hover_state((16,))
+        action = torch.tensor([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]).expand(16, -1)
+        dv = step(hover, action)[:, 7:10] - model.prior(hover, action)[:, 7:10]
+    dt_s = model.prior.config.dt_s
+    torch.testing.assert_close(dv * VEHICLE.mass_kg / dt_s, condition[:, :3], atol=1e-3, rtol=1e-3)
 
 
 def test_a_force_policy_trains_on_the_condition_with_its_force():

@@ -257,19 +257,12 @@ class BlindLatentObservation(ObservationBuilder):
     trained with it never sees the disturbance the trainer's dynamics read from z."""
 
     def __init__(self, builder: ObservationBuilder) -> None:
-        # the wrapped builder's scales, layout and maps as they are: only build() differs
+        # the wrapped builder's scales, layout and maps as they are: only the condition differs
         self.__dict__.update(vars(builder))
 
-    def build(
-        self,
-        state: torch.Tensor,
-        ref_state: torch.Tensor,
-        ref_head: torch.Tensor,
-        prev_actions_norm: torch.Tensor,
-        z: torch.Tensor,
-    ) -> torch.Tensor:
-        """Same as :meth:`ObservationBuilder.build` with ``z`` replaced by zeros."""
-        return super().build(state, ref_state, ref_head, prev_actions_norm, torch.zeros_like(z))
+    def seen_condition(self, condition: torch.Tensor) -> torch.Tensor:
+        """Zeros in place of the condition (B, 8)."""
+        return torch.zeros_like(condition)
 
 
 def randomised_trainer(

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 import torch
 
 from vnd_core.dynamics import NominalModel, constant_accel_delta
-from vnd_core.force_observer import hover_force_n
-from vnd_core.policy import PolicyNet
+from vnd_core.force_observer import clip_to_observer, hover_force_n, observer_limit_n
+from vnd_core.policy import ObservationBuilder, PolicyNet
 from vnd_core.trainer import PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
@@ -137,7 +137,10 @@ def on_model_trainer(
         hover = HoverForce(dynamics, model.prior, vehicle)
         sampler = with_force(sampler, FORCE_TRAINING, hover)
         dynamics = forced_dynamics(dynamics, hover)
-    return PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
+    trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
+    if policy.force_dim:
+        trainer.builder = ObservedForceInput(trainer.builder, observer_limit_n(vehicle))
+    return trainer
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,24 @@ def with_force(sampler: ZSampler, forces: ForceTraining, hover: HoverForce) -> Z
         return torch.cat([external + hover(z), z], dim=1)
 
     return sample
+
+
+class ObservedForceInput(ObservationBuilder):
+    """The training observation of a policy with a force input: its force columns as the
+    flight's observer reports them, clipped to ``limit_n`` (:func:`clip_to_observer`), while
+    the roll-out applies the whole force. A policy that trained on forces the observer never
+    reports would read a clipped force in flight as a weaker push than the one it meets."""
+
+    def __init__(self, builder: ObservationBuilder, limit_n: float) -> None:
+        # the wrapped builder's scales, layout and maps as they are: only the condition differs
+        self.__dict__.update(vars(builder))
+        self.limit_n = limit_n
+
+    def seen_condition(self, condition: torch.Tensor) -> torch.Tensor:
+        """The condition (B, 3 + nz) with its force clipped."""
+        force = condition[:, : self.config.force_dim]
+        clipped = clip_to_observer(force, self.limit_n)
+        return torch.cat([clipped, condition[:, force.shape[1] :]], dim=1)
 
 
 def forced_dynamics(dynamics: LatentBoundDynamics, hover: HoverForce) -> LatentBoundDynamics:
