@@ -15,6 +15,13 @@ rotor's lost thrust) lands in the estimate, lumped into one force. Two users:
   whatever the vehicle meets, a condition the model has not learned yet included, and z tells
   the policy which condition it is (how the force will change as the vehicle flies, the torque
   a force observer cannot see).
+
+Such a policy trains reading the residual's force at hover under its z (plus an external
+force), while its roll-outs fly the whole residual, which changes with the vehicle's motion
+(its own drag at speed, a wind's drag on the air-relative velocity). Once a bundle carries a
+learned model, the observer therefore predicts that motion-dependent part too
+(:class:`LearnedMotion`, passed with each command): what the policy reads is then what it
+trained on, and the motion is not answered twice, once through z and once through the force.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -29,6 +37,13 @@ import torch
 from vnd_core.dynamics import NominalModel
 from vnd_core.state import VEL, hover_state
 from vnd_core.vehicle import VehicleParams
+from vnd_core.vnd.features import RES_VEL
+
+if TYPE_CHECKING:
+    from vnd_core.vnd.model import VNDModel
+
+# velocity change (3,) the learned model adds for the motion of one (state (13,), action (4,))
+Motion = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -79,8 +94,9 @@ class ForceObserver:
         hover = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
         self._commands = [hover.copy() for _ in range(self._delay_whole + 2)]  # newest first
         self._thrust_n = vehicle.hover_thrust_n
-        # the last measurement and the command acting after it (None until it is sent)
-        self._previous: tuple[np.ndarray, np.ndarray | None] | None = None
+        # the last measurement, the command acting after it (None until it is sent) and the
+        # learned motion sent with that command (None: the prior alone)
+        self._previous: tuple[np.ndarray, np.ndarray | None, Motion | None] | None = None
         self._ticks = 0
         self.estimate_mps2 = np.zeros(3)
 
@@ -96,12 +112,14 @@ class ForceObserver:
     def observe(self, measured: np.ndarray) -> np.ndarray:
         """Update with the measurement ``measured`` (13,) taken now; the estimate (3,)."""
         measured = np.asarray(measured, dtype=np.float64)
-        if self._previous is not None and self._previous[1] is not None:
-            previous, action = self._previous
+        previous, action, motion = self._previous or (None, None, None)
+        if previous is not None and action is not None:
             with torch.no_grad():
                 predicted = self.prior(
                     torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
                 )[0, VEL].numpy()
+            if motion is not None:
+                predicted = predicted + motion(previous, action)
             raw = (measured[VEL] - predicted) / self.dt_s
             self._ticks += 1
             if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
@@ -109,16 +127,18 @@ class ForceObserver:
                 norm = float(np.linalg.norm(self.estimate_mps2))
                 if norm > self.config.accel_limit_mps2:
                     self.estimate_mps2 = self.estimate_mps2 * (self.config.accel_limit_mps2 / norm)
-        self._previous = (measured, None)
+        self._previous = (measured, None, None)
         return self.estimate_mps2
 
-    def command(self, action: np.ndarray) -> None:
+    def command(self, action: np.ndarray, motion: Motion | None = None) -> None:
         """The command (4,) sent in answer to the last measurement (or, after
-        :meth:`interrupt`, without one: it only joins the command history)."""
+        :meth:`interrupt`, without one: it only joins the command history); ``motion``: the
+        learned motion (:meth:`LearnedMotion.bind`) under the latent the command was flown
+        with, predicted beside the prior for this tick (None: the prior alone)."""
         self._commands = [np.asarray(action, dtype=np.float64), *self._commands[:-1]]
         acting = self._acting_command()
         if self._previous is not None:
-            self._previous = (self._previous[0], acting)
+            self._previous = (self._previous[0], acting, motion)
 
     def interrupt(self) -> None:
         """The measurement stream skipped a tick (a command went out without a new
@@ -129,6 +149,32 @@ class ForceObserver:
     def force_n(self) -> np.ndarray:
         """The estimated external force (3,) in newtons: nominal mass times the estimate."""
         return self.vehicle.mass_kg * self.estimate_mps2
+
+
+class LearnedMotion:
+    """What a learned model's residual adds for the vehicle's motion (module docstring):
+    D(s, a, z) minus D at hover (level, at rest, hover thrust), velocity part, world frame."""
+
+    def __init__(self, model: VNDModel) -> None:
+        self.model = model
+        hover_thrust_n = model.vehicle.hover_thrust_n
+        self._hover = (hover_state((1,)), torch.tensor([[hover_thrust_n, 0.0, 0.0, 0.0]]))
+
+    def bind(self, z: np.ndarray) -> Motion:
+        """The motion under latent ``z`` (nz,): ``(state (13,), action (4,)) -> (3,)``, the
+        velocity change over one tick (m/s)."""
+        latent = torch.as_tensor(np.asarray(z, dtype=np.float32))[None]
+
+        def motion(state: np.ndarray, action: np.ndarray) -> np.ndarray:
+            states = torch.cat([torch.as_tensor(state, dtype=torch.float32)[None], self._hover[0]])
+            actions = torch.cat(
+                [torch.as_tensor(action, dtype=torch.float32)[None], self._hover[1]]
+            )
+            with torch.inference_mode():
+                dv = self.model.residual_correction(states, actions, latent)[:, RES_VEL]
+            return (dv[0] - dv[1]).double().numpy()
+
+        return motion
 
 
 def observer_limit_n(vehicle: VehicleParams, config: ObserverConfig | None = None) -> float:

@@ -13,8 +13,9 @@ from vnd_core.force_observer import ObserverConfig
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.reference import ReferenceSpec
 from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.model import VNDModel, VNDModelConfig
 from vnd_core.wire import Mode
-from vnd_flight.controller import PolicyController
+from vnd_flight.controller import LatentSample, PolicyController
 from vnd_flight.force_input import ForceInput
 from vnd_flight.safety_config import SafetyConfig
 
@@ -43,17 +44,22 @@ def hover_state(z_m: float = 1.0) -> np.ndarray:
     return state
 
 
-def fly_in_force(vehicle, controller, force_n, ticks, start_z_m=1.0):
-    """Close the loop on the prior plus a constant world force; the last tick's record."""
+def fly_in_force(vehicle, controller, force_n, ticks, start_z_m=1.0, bundle=None, latent=False):
+    """Close the loop on the prior plus a constant world force; the last tick's record.
+    ``latent``: a valid latent of the bundle's encoder arrives every tick."""
     prior = NominalModel(vehicle)
     accel = torch.tensor(force_n, dtype=torch.float64) / vehicle.mass_kg
     dt_s = prior.config.dt_s
     state = torch.from_numpy(hover_state(start_z_m))[None]
-    bundle = force_bundle(vehicle)
+    bundle = bundle or force_bundle(vehicle)
+    nz = bundle.policy.latent_dim
     record = None
     for k in range(ticks):
         now = T0_NS + k * PERIOD_NS
-        record = controller.tick(now, state[0].numpy(), now, bundle, None)
+        sample = (
+            LatentSample(now, bundle.version, True, np.zeros(nz, np.float32)) if latent else None
+        )
+        record = controller.tick(now, state[0].numpy(), now, bundle, sample)
         controller.after_publish()
         with torch.no_grad():
             state = prior(state, torch.from_numpy(record.action)[None])
@@ -106,3 +112,26 @@ def test_a_bundle_without_a_force_input_drops_the_observer(vehicle):
     controller.after_publish()
     assert controller.force_input is None
     assert record.force_n is None  # no vnd/force_input for a policy that reads no force
+
+
+def model_force_bundle(vehicle) -> Bundle:
+    """A force-input bundle with a learned model whose residual changes with the motion (random
+    output weights: what it predicts does not matter here, only that the observer uses it)."""
+    bundle = force_bundle(vehicle)
+    model = VNDModel(vehicle, VNDModelConfig(latent_dim=bundle.policy.latent_dim))
+    with torch.no_grad():
+        model.residual.head[-1].weight.normal_(0.0, 1.0)
+    return Bundle(bundle.version, 0, bundle.policy, vehicle, model=model)
+
+
+def test_with_a_learned_model_the_observer_predicts_its_motion_while_the_latent_is_valid(vehicle):
+    """The same flight with and without a valid latent: the observer predicts the model's
+    motion only with one, so its estimates differ; a bundle without a model flies as before."""
+    bundle = model_force_bundle(vehicle)
+    estimates = []
+    for latent in (False, True):
+        controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
+        controller.force_input = ForceInput(vehicle, config=INSTANT)
+        fly_in_force(vehicle, controller, [0.6, 0.0, 0.0], 60, bundle=bundle, latent=latent)
+        estimates.append(controller.force_input.force_n())
+    assert np.linalg.norm(estimates[0] - estimates[1]) > 0.01, estimates

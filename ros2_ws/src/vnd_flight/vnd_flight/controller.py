@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from vnd_core.bundle import Bundle
 from vnd_core.counters import ReasonCounter
+from vnd_core.force_observer import LearnedMotion
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
 from vnd_core.units import NS_PER_S
@@ -184,6 +185,8 @@ class PolicyController:
         self.latent_problem: str | None = None  # why the last tick flew on z = 0 (None: it did not)
         self._last_stamp_ns: int | None = None  # odometry stamp of the previous tick
         self.force_input: ForceInput | None = None  # made for the first bundle with a force input
+        # the active force-input bundle's learned motion, fed to its observer (None: no model)
+        self._learned_motion: LearnedMotion | None = None
 
     @classmethod
     def create(
@@ -281,7 +284,9 @@ class PolicyController:
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
         if force_input is not None:
-            force_input.record(out.mode, np.asarray(measured, dtype=float), fresh, out.action)
+            motion = self._learned_motion.bind(z) if self._learned_motion and z_valid else None
+            measured_state = np.asarray(measured, dtype=float)
+            force_input.record(out.mode, measured_state, fresh, out.action, motion)
         return TickRecord(
             action=out.action,
             mode=out.mode,
@@ -340,9 +345,13 @@ class PolicyController:
         a bundle without one flies, so a later one starts on fresh measurements)."""
         if bundle is None or not bundle.policy.force_dim:
             self.force_input = None
+            self._learned_motion = None
             return None
         if self.force_input is None:
             self.force_input = ForceInput(bundle.vehicle)
+        if self._learned_motion is None or self._learned_motion.model is not bundle.model:
+            learned = bundle.model is not None
+            self._learned_motion = LearnedMotion(bundle.model) if learned else None
         return self.force_input
 
     def _runner_for(self, bundle: Bundle | None) -> ReferenceRunner | None:

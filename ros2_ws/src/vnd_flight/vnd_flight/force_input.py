@@ -10,13 +10,15 @@ starts over and the policy reads no force.
 Its update (one step of the prior, about a millisecond in torch) runs after the command is
 published (:meth:`ForceInput.update`), so the tick reads the estimate of the previous
 measurement: the observer's 0.3 s filter makes that one tick of age immaterial, and the command
-does not wait for it.
+does not wait for it. With a bundle that carries a learned model, each command goes to the
+observer with the model's motion under the tick's latent (``force_observer``'s docstring);
+without one, or while the latent is not valid, the observer predicts with the prior alone.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from vnd_core.force_observer import ForceObserver, ObserverConfig
+from vnd_core.force_observer import ForceObserver, Motion, ObserverConfig
 from vnd_core.state import POS
 from vnd_core.vehicle import VehicleParams
 from vnd_core.wire import Mode
@@ -43,29 +45,39 @@ class ForceInput:
         self.min_altitude_m = min_altitude_m
         self.config = config or ObserverConfig()
         self.observer: ForceObserver | None = None  # None: not running
-        # what the next update() feeds the observer: (new measurement or None, command sent)
-        self._pending: tuple[np.ndarray | None, np.ndarray] | None = None
+        # what the next update() feeds the observer: (new measurement or None, command sent,
+        # the learned motion it flew under or None)
+        self._pending: tuple[np.ndarray | None, np.ndarray, Motion | None] | None = None
 
     def force_n(self) -> np.ndarray | None:
         """The force (3,) in newtons the policy reads now (None: the observer is not running,
         the policy reads zero)."""
         return None if self.observer is None else self.observer.force_n()
 
-    def record(self, mode: Mode, measured: np.ndarray, fresh: bool, command: np.ndarray) -> None:
+    def record(
+        self,
+        mode: Mode,
+        measured: np.ndarray,
+        fresh: bool,
+        command: np.ndarray,
+        motion: Motion | None = None,
+    ) -> None:
         """What one tick did: the controller ``mode`` after it, the ``measured`` state (13,),
-        whether that measurement is new (``fresh``) and the ``command`` (4,) sent; applied by
-        :meth:`update`. Leaving the flying conditions stops the observer at once."""
+        whether that measurement is new (``fresh``), the ``command`` (4,) sent and the learned
+        ``motion`` under the tick's latent (None: none); applied by :meth:`update`. Leaving
+        the flying conditions stops the observer at once."""
         flying = mode == Mode.POLICY and float(measured[ALTITUDE]) >= self.min_altitude_m
         if not flying or not np.isfinite(measured).all():
             self.observer, self._pending = None, None
             return
-        self._pending = (np.array(measured, dtype=np.float64) if fresh else None, command.copy())
+        fresh_measurement = np.array(measured, dtype=np.float64) if fresh else None
+        self._pending = (fresh_measurement, command.copy(), motion)
 
     def update(self) -> None:
         """Feed the observer what :meth:`record` kept (call after publishing the command)."""
         if self._pending is None:
             return
-        measured, command = self._pending
+        measured, command, motion = self._pending
         self._pending = None
         if self.observer is None:
             if measured is None:
@@ -75,4 +87,4 @@ class ForceInput:
             self.observer.interrupt()  # a command without a new measurement
         else:
             self.observer.observe(measured)
-        self.observer.command(command)
+        self.observer.command(command, motion)

@@ -35,7 +35,7 @@ import torch
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import CONTROL_PERIOD_S
 from vnd_core.evaluation.baselines import true_disturbance
-from vnd_core.force_observer import ForceObserver
+from vnd_core.force_observer import ForceObserver, LearnedMotion
 from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords
 from vnd_core.learner.records import MODE_POLICY
@@ -368,8 +368,11 @@ class _Flight:
         self.estimator = LatentEstimator()
         self.runner = PolicyRunner(bundle.policy, scenario.reference)
         self.source = method.latent_source() if method.latent_mode == LATENT_ONLINE else None
-        # a policy with a force input reads the force the prior does not explain
+        # a policy with a force input reads the force the prior does not explain (and, once
+        # its bundle has a model, the model's motion does not: force_observer's docstring)
         self.observer = ForceObserver(bundle.vehicle) if bundle.policy.force_dim else None
+        self.motion: LearnedMotion | None = None
+        self.z: np.ndarray | None = None  # the latent of the last command
         self.use(bundle)
 
     def use(self, bundle: Bundle) -> None:
@@ -380,6 +383,8 @@ class _Flight:
         self.runner, self.bundle = runner, bundle
         if self.method.latent_mode == LATENT_ENCODER:
             self.estimator.set_model(bundle.model)
+        learned = bundle.model is not None and bundle.policy.force_dim
+        self.motion = LearnedMotion(bundle.model) if learned else None
 
     def act(
         self, measured: np.ndarray, t_s: float, stamp_ns: int, plant: TruePlant
@@ -397,13 +402,15 @@ class _Flight:
             z = true_disturbance(self.scenario, t_s, wind, self.bundle.vehicle)
         elif self.source is not None:
             z = self.source.latent(stamp_ns, measured)
+        self.z = z
         return self.runner.act(measured, t_s, z, force_n), z is not None
 
     def after_command(self, stamp_ns: int, action: np.ndarray) -> None:
         """Tell the encoder's context (and the force observer) which command answered the
         odometry at ``stamp_ns``."""
         if self.observer is not None:
-            self.observer.command(action)
+            motion, z = self.motion, self.z
+            self.observer.command(action, None if motion is None or z is None else motion.bind(z))
         if self.method.latent_mode == LATENT_ENCODER:
             self.estimator.add_command(stamp_ns, action)
         elif self.source is not None:
