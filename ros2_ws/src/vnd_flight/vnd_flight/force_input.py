@@ -7,10 +7,10 @@ an upward force, and a policy fed it would answer by cutting thrust, so it would
 under a fallback the commands are not the policy's. Outside those conditions the observer
 starts over and the policy reads no force.
 
-Its update (one step of the prior, about a millisecond in torch) runs after the command is
-published (:meth:`ForceInput.update`), so the tick reads the estimate of the previous
-measurement: the observer's 0.3 s filter makes that one tick of age immaterial, and the command
-does not wait for it. With a bundle that carries a learned model, each command goes to the
+Its update (one step of the prior and, with a learned model, one residual evaluation: about
+a millisecond in torch) runs after the command is published (:meth:`ForceInput.update`), so the
+tick reads the estimate of the previous measurement: the observer's 0.3 s filter makes that one
+tick of age immaterial, and the command does not wait for it. With a bundle that carries a learned model, each command goes to the
 observer with the model's motion under the tick's latent (``force_observer``'s docstring);
 without one, or while the latent is not valid, the observer predicts with the prior alone.
 """
