@@ -153,7 +153,11 @@ class ForceObserver:
 
 class LearnedMotion:
     """What a learned model's residual adds for the vehicle's motion (module docstring):
-    D(s, a, z) minus D at hover (level, at rest, hover thrust), velocity part, world frame."""
+    D(s, a, z) minus D at hover (level, at rest, hover thrust), velocity part, world frame.
+
+    The residual is evaluated as the bundle stores it: the band of the replay that the
+    learner's training held its inputs to is not part of a bundle. Far outside the flights it
+    was fitted on it extrapolates, and the observer's clip bounds what reaches the policy."""
 
     def __init__(self, model: VNDModel) -> None:
         self.model = model
