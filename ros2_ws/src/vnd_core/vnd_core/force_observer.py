@@ -22,6 +22,9 @@ force), while its roll-outs fly the whole residual, which changes with the vehic
 learned model, the observer therefore predicts that motion-dependent part too
 (:class:`LearnedMotion`, passed with each command): what the policy reads is then what it
 trained on, and the motion is not answered twice, once through z and once through the force.
+The model's force at hover under the latest latent passes into the estimate unfiltered and
+only the rest goes through the low-pass filter, so when the encoder recognises a condition the
+model knows, the force the policy reads follows at once instead of 0.3 s behind.
 """
 
 from __future__ import annotations
@@ -41,9 +44,6 @@ from vnd_core.vnd.features import RES_VEL
 
 if TYPE_CHECKING:
     from vnd_core.vnd.model import VNDModel
-
-# velocity change (3,) the learned model adds for the motion of one (state (13,), action (4,))
-Motion = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,18 @@ class ForceObserver:
         # learned motion sent with that command (None: the prior alone)
         self._previous: tuple[np.ndarray, np.ndarray | None, Motion | None] | None = None
         self._ticks = 0
-        self.estimate_mps2 = np.zeros(3)
+        # the filtered acceleration nothing explains, and the learned model's at hover under
+        # the latest latent (zero without a model); the estimate is their clipped sum
+        self._unexplained_mps2 = np.zeros(3)
+        self._known_mps2 = np.zeros(3)
+
+    @property
+    def estimate_mps2(self) -> np.ndarray:
+        """The external acceleration (3,) in m/s^2, world frame, clipped to the limit."""
+        total = self._known_mps2 + self._unexplained_mps2
+        norm = float(np.linalg.norm(total))
+        limit = self.config.accel_limit_mps2
+        return total * (limit / norm) if norm > limit else total
 
     def _acting_command(self) -> np.ndarray:
         """Command (4,) the motors produce during the tick that starts now: the command sent
@@ -118,15 +129,19 @@ class ForceObserver:
                 predicted = self.prior(
                     torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
                 )[0, VEL].numpy()
+            known = np.zeros(3)
             if motion is not None:
                 predicted = predicted + motion(previous, action)
-            raw = (measured[VEL] - predicted) / self.dt_s
+                known = motion.hover_accel_mps2
+            raw = (measured[VEL] - predicted) / self.dt_s - known
             self._ticks += 1
             if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
-                self.estimate_mps2 = self.estimate_mps2 + self._alpha * (raw - self.estimate_mps2)
-                norm = float(np.linalg.norm(self.estimate_mps2))
+                self._known_mps2 = known
+                unexplained = self._unexplained_mps2 + self._alpha * (raw - self._unexplained_mps2)
+                norm = float(np.linalg.norm(unexplained))
                 if norm > self.config.accel_limit_mps2:
-                    self.estimate_mps2 = self.estimate_mps2 * (self.config.accel_limit_mps2 / norm)
+                    unexplained = unexplained * (self.config.accel_limit_mps2 / norm)
+                self._unexplained_mps2 = unexplained
         self._previous = (measured, None, None)
         return self.estimate_mps2
 
@@ -161,24 +176,38 @@ class LearnedMotion:
 
     def __init__(self, model: VNDModel) -> None:
         self.model = model
-        hover_thrust_n = model.vehicle.hover_thrust_n
-        self._hover = (hover_state((1,)), torch.tensor([[hover_thrust_n, 0.0, 0.0, 0.0]]))
+        self.dt_s = model.prior.config.dt_s
+        self.hover_state = hover_state((1,))  # (1, 13)
+        self.hover_action = torch.tensor([[model.vehicle.hover_thrust_n, 0.0, 0.0, 0.0]])
 
     def bind(self, z: np.ndarray) -> Motion:
-        """The motion under latent ``z`` (nz,): ``(state (13,), action (4,)) -> (3,)``, the
-        velocity change over one tick (m/s)."""
-        latent = torch.as_tensor(np.asarray(z, dtype=np.float32))[None]
+        """The motion under latent ``z`` (nz,)."""
+        return Motion(self, torch.as_tensor(np.asarray(z, dtype=np.float32))[None])
 
-        def motion(state: np.ndarray, action: np.ndarray) -> np.ndarray:
-            states = torch.cat([torch.as_tensor(state, dtype=torch.float32)[None], self._hover[0]])
-            actions = torch.cat(
-                [torch.as_tensor(action, dtype=torch.float32)[None], self._hover[1]]
-            )
-            with torch.inference_mode():
-                dv = self.model.residual_correction(states, actions, latent)[:, RES_VEL]
-            return (dv[0] - dv[1]).double().numpy()
 
-        return motion
+class Motion:
+    """A :class:`LearnedMotion` under one latent. Called with ``(state (13,), action (4,))``
+    it returns the velocity change (3,) in m/s over one tick that the motion adds, and keeps
+    ``hover_accel_mps2`` (3,): the model's acceleration at hover under the latent, the force
+    (per nominal mass) a policy with a force input trains reading."""
+
+    def __init__(self, learned: LearnedMotion, latent: torch.Tensor) -> None:
+        self.learned = learned
+        self.latent = latent  # (1, nz)
+        self.hover_accel_mps2 = np.zeros(3)
+
+    def __call__(self, state: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """The velocity change (3,) of ``state`` (13,), ``action`` (4,) (class docstring)."""
+        learned = self.learned
+        states = torch.cat([torch.as_tensor(state, dtype=torch.float32)[None], learned.hover_state])
+        actions = torch.cat(
+            [torch.as_tensor(action, dtype=torch.float32)[None], learned.hover_action]
+        )
+        with torch.inference_mode():
+            dv = learned.model.residual_correction(states, actions, self.latent)[:, RES_VEL]
+        dv = dv.double()
+        self.hover_accel_mps2 = (dv[1] / learned.dt_s).numpy()
+        return (dv[0] - dv[1]).numpy()
 
 
 def observer_limit_n(vehicle: VehicleParams, config: ObserverConfig | None = None) -> float:
