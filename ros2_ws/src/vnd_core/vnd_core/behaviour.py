@@ -51,7 +51,7 @@ import torch
 
 from vnd_core.bundle import Bundle, BundleError
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel, NominalModelConfig
-from vnd_core.force_observer import clip_to_observer, hover_force_n, observer_limit_n
+from vnd_core.force_observer import observed_hover_force_n
 from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, VEL, hover_state
@@ -249,10 +249,8 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
             residual = model.residual_correction(state, action, z_model)
             return compose(model.prior(state, action), residual, components)
 
-        hover_n = hover_force_n(learned, model.prior, vehicle, len(z_model))
-        force_n = torch.cat(
-            [torch.zeros(s, 3), clip_to_observer(hover_n, observer_limit_n(vehicle))]
-        )
+        observed_n = observed_hover_force_n(learned, model.prior, vehicle, len(z_model))
+        force_n = torch.cat([torch.zeros(s, 3), observed_n])
     condition = obs_builder.condition(z, force_n)
     for _ in range(ticks):
         obs = obs_builder.build(state, ref_state, ref_head, prev, condition)

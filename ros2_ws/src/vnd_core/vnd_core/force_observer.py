@@ -237,3 +237,15 @@ def hover_force_n(
     action = torch.tensor([vehicle.hover_thrust_n, 0.0, 0.0, 0.0]).expand(batch, -1)
     delta_v = dynamics(state, action)[:, VEL] - prior(state, action)[:, VEL]
     return vehicle.mass_kg * delta_v / prior.config.dt_s
+
+
+def observed_hover_force_n(
+    dynamics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    prior: NominalModel,
+    vehicle: VehicleParams,
+    batch: int,
+) -> torch.Tensor:
+    """What the observer reports (B, 3) at hover under ``dynamics``: :func:`hover_force_n`
+    clipped to the observer's limit (the force input a policy reads there)."""
+    force_n = hover_force_n(dynamics, prior, vehicle, batch)
+    return clip_to_observer(force_n, observer_limit_n(vehicle))

@@ -12,7 +12,7 @@ import torch
 
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError
-from vnd_core.force_observer import clip_to_observer, hover_force_n, observer_limit_n
+from vnd_core.force_observer import observed_hover_force_n
 from vnd_core.learner.validation import (
     ValidationConfig,
     action_limit_violation,
@@ -95,14 +95,11 @@ def run_gates(
     # input read it, whichever latent they read; the others never do)
     observed_n = None
     if policy.force_dim or active.policy.force_dim:
-        observed_n = clip_to_observer(
-            hover_force_n(
-                lambda s, a: dynamics(s, a, eval_set.z_model),
-                model.prior,
-                vehicle,
-                len(eval_set.z_model),
-            ),
-            observer_limit_n(vehicle),
+        observed_n = observed_hover_force_n(
+            lambda s, a: dynamics(s, a, eval_set.z_model),
+            model.prior,
+            vehicle,
+            len(eval_set.z_model),
         )
 
     def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
