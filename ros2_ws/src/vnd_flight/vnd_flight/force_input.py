@@ -10,9 +10,10 @@ starts over and the policy reads no force.
 Its update (one step of the prior and, with a learned model, one residual evaluation: about
 a millisecond in torch) runs after the command is published (:meth:`ForceInput.update`), so the
 tick reads the estimate of the previous measurement: the observer's 0.3 s filter makes that one
-tick of age immaterial, and the command does not wait for it. With a bundle that carries a learned model, each command goes to the
-observer with the model's motion under the tick's latent (``force_observer``'s docstring);
-without one, or while the latent is not valid, the observer predicts with the prior alone.
+tick of age immaterial, and the command does not wait for it. With a bundle that carries a
+learned model, each command goes to the observer with the model's motion under the tick's
+latent (``force_observer``'s docstring); without one, or while the latent is not valid, the
+observer predicts with the prior alone.
 """
 
 from __future__ import annotations
