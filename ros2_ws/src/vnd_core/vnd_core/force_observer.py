@@ -25,6 +25,16 @@ trained on, and the motion is not answered twice, once through z and once throug
 The model's force at hover under the latest latent passes into the estimate unfiltered and
 only the rest goes through the low-pass filter, so when the encoder recognises a condition the
 model knows, the force the policy reads follows at once instead of 0.3 s behind.
+
+A command sent without a learned motion (its latent was not valid: a glitch of the encoder, a
+bundle swap's version mismatch) keeps the last motion for ``motion_hold_s``: the model under
+the last valid latent still predicts the vehicle better than the prior, and dropping it would
+step the force the policy reads by the model's hover force for one tick and then refill it
+through the filter. After the hold the observer goes on with the prior alone. Whenever it
+changes between the prior alone and a model (after the hold, or when a valid latent returns),
+the filtered part takes over the difference in the model's hover force at that instant, so the
+reading does not step: the force is still the same force. Only a change of latent while a
+model is in use moves the reading at once.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ class ObserverConfig:
     accel_limit_mps2: float = 4.0  # the estimate is clipped to this norm (m/s^2)
     warmup_ticks: int = 5  # ticks before the first estimate (zero until then)
     motor_time_constant_s: float | None = None  # thrust lag assumed; None: the vehicle's
+    motion_hold_s: float = 0.5  # a learned motion stays in use this long without a new one
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -64,6 +75,8 @@ class ObserverConfig:
             raise ValueError(f"latency_s must be within [0, 0.2] s, got {self.latency_s}")
         if not self.accel_limit_mps2 > 0:
             raise ValueError(f"accel_limit_mps2 must be > 0, got {self.accel_limit_mps2}")
+        if not self.motion_hold_s >= 0:
+            raise ValueError(f"motion_hold_s must be >= 0, got {self.motion_hold_s}")
         if self.motor_time_constant_s is not None and not self.motor_time_constant_s >= 0:
             raise ValueError(
                 f"motor_time_constant_s must be >= 0 or None, got {self.motor_time_constant_s}"
@@ -102,6 +115,11 @@ class ForceObserver:
         # the latest latent (zero without a model); the estimate is their clipped sum
         self._unexplained_mps2 = np.zeros(3)
         self._known_mps2 = np.zeros(3)
+        # the last learned motion a command came with, and the commands sent without one since
+        self._held: Motion | None = None
+        self._held_ticks = 0
+        self._model_in_use: bool | None = None  # the last estimate's predictor (None: none yet)
+        self._hold_ticks = round(self.config.motion_hold_s / self.dt_s)
 
     @property
     def estimate_mps2(self) -> np.ndarray:
@@ -136,7 +154,7 @@ class ForceObserver:
             raw = (measured[VEL] - predicted) / self.dt_s - known
             self._ticks += 1
             if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
-                self._known_mps2 = known
+                self._switch_predictor(motion is not None, known)
                 unexplained = self._unexplained_mps2 + self._alpha * (raw - self._unexplained_mps2)
                 norm = float(np.linalg.norm(unexplained))
                 if norm > self.config.accel_limit_mps2:
@@ -145,15 +163,40 @@ class ForceObserver:
         self._previous = (measured, None, None)
         return self.estimate_mps2
 
+    def _switch_predictor(self, model_in_use: bool, known_mps2: np.ndarray) -> None:
+        """Take the model's hover acceleration ``known_mps2`` (3,) for this estimate; when the
+        predictor changed between the prior alone and a model, the filtered part absorbs the
+        difference, so the estimate stays where it was (module docstring)."""
+        if self._model_in_use is not None and model_in_use != self._model_in_use:
+            self._unexplained_mps2 = self._unexplained_mps2 + self._known_mps2 - known_mps2
+        self._model_in_use = model_in_use
+        self._known_mps2 = known_mps2
+
     def command(self, action: np.ndarray, motion: Motion | None = None) -> None:
         """The command (4,) sent in answer to the last measurement (or, after
         :meth:`interrupt`, without one: it only joins the command history); ``motion``: the
         learned motion (:meth:`LearnedMotion.bind`) under the latent the command was flown
-        with, predicted beside the prior for this tick (None: the prior alone)."""
+        with, predicted beside the prior for this tick (None: the last one within
+        ``motion_hold_s``, then the prior alone; module docstring)."""
         self._commands = [np.asarray(action, dtype=np.float64), *self._commands[:-1]]
         acting = self._acting_command()
+        motion = self._motion_for(motion)
         if self._previous is not None:
             self._previous = (self._previous[0], acting, motion)
+
+    def _motion_for(self, motion: Motion | None) -> Motion | None:
+        """The motion to predict this tick with: ``motion``, or the held one while the hold
+        lasts."""
+        if motion is not None:
+            self._held, self._held_ticks = motion, 0
+            return motion
+        if self._held is None:
+            return None
+        self._held_ticks += 1
+        if self._held_ticks <= self._hold_ticks:
+            return self._held
+        self._held = None
+        return None
 
     def interrupt(self) -> None:
         """The measurement stream skipped a tick (a command went out without a new

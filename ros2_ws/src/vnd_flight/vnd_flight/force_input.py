@@ -12,8 +12,10 @@ a millisecond in torch) runs after the command is published (:meth:`ForceInput.u
 tick reads the estimate of the previous measurement: the observer's 0.3 s filter makes that one
 tick of age immaterial, and the command does not wait for it. With a bundle that carries a
 learned model, each command goes to the observer with the model's motion under the tick's
-latent (``force_observer``'s docstring); without one, or while the latent is not valid, the
-observer predicts with the prior alone.
+latent (``force_observer``'s docstring); without one the observer predicts with the prior
+alone. A tick whose latent is not valid keeps the motion of the last valid one for the
+observer's ``motion_hold_s`` (0.5 s), then hands over to the prior without a step in the
+force read.
 """
 
 from __future__ import annotations
