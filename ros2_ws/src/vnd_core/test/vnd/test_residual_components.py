@@ -16,11 +16,13 @@ the prior's and the gate has nothing to check; with the default's rate offsets i
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.learner import ContinualLearner, LearnerConfig, SimulatedFlight
+from vnd_core.learner.outcome import UpdateResult
 from vnd_core.learner.validation import ValidationConfig, rotation_worse_than_prior
 from vnd_core.scenario import Phase, Scenario, WindEvent, load_scenario
 from vnd_core.vehicle import load_vehicle
@@ -100,16 +102,33 @@ def test_the_translational_set_keeps_the_prior_attitude_and_rates(calm):
     )
 
 
-def test_a_learner_training_on_the_full_residual_gates_its_rotation():
+def calm_then_wind_update(config: LearnerConfig) -> UpdateResult:
+    """One model update of a learner (``config``) on 10 s of calm, then wind, flown by the
+    shipped base bundle."""
     base = load_bundle(shipped_bundle_path())
     reference = load_scenario("recurring_wind").reference
     wind = WindEvent(type="wind", at_s=4.0, kind="constant", velocity_mps=(4.0, 0.0, 0.0))
     phases = (Phase("calm", 0.0), Phase("wind", 4.0))
     scenario = Scenario("calm_then_wind", 20.0, reference, phases, (wind,))
     records = SimulatedFlight(scenario, base, seed=0).fly(10.0).records
-    learner = ContinualLearner(base.vehicle, LearnerConfig.quick(residual_components="full"), base)
+    learner = ContinualLearner(base.vehicle, config, base)
     learner.ingest(records)
-    result = learner.update()
+    return learner.update()
+
+
+def test_a_model_the_rotation_gate_refuses_trains_no_policy():
+    """The model gates run before the policy training: a refused model costs no training."""
+    config = LearnerConfig.quick(residual_components="full")
+    strict = dataclasses.replace(config.validation, rotation_margin_frac=-0.99)
+    result = calm_then_wind_update(dataclasses.replace(config, validation=strict))
+    assert not result.accepted
+    assert result.reason.startswith("rotational residual worse than the prior"), result.reason
+    assert result.train_s == 0.0 and "train" not in result.metrics
+    assert result.fit_s > 0.0 and "rotation_check" in result.metrics["validation"]
+
+
+def test_a_learner_training_on_the_full_residual_gates_its_rotation():
+    result = calm_then_wind_update(LearnerConfig.quick(residual_components="full"))
     figures = result.metrics["validation"]["rotation_check"]
     assert figures["calm_windows"] > 0 and figures["horizon"] == 50, figures
     worse = figures["model_tilt_deg"] > 1.1 * figures["prior_tilt_deg"] + 1e-3

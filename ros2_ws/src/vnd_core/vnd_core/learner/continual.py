@@ -36,7 +36,7 @@ import torch
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import NominalModel
 from vnd_core.learner.config import LearnerConfig
-from vnd_core.learner.gates import Gates, gates_against
+from vnd_core.learner.gates import Gates, gates_against, model_gates
 from vnd_core.learner.model_update import (
     FittedModel,
     TrainedPolicy,
@@ -357,8 +357,8 @@ class ContinualLearner:
     def _cycle(
         self, report: Progress, poll: Callable[[], None] | None, may_preempt: bool
     ) -> UpdateResult:
-        """The body of :meth:`update`: fit, train, validate, emit (``report`` may raise
-        :class:`PreemptedError`)."""
+        """The body of :meth:`update`: fit, the model gates, train, the policy gates, emit
+        (``report`` may raise :class:`PreemptedError`)."""
         clock, active, c = StageClock(), self._active, self.config
         # the bundle records which residual parts its policy trained against (components.py)
         metrics: dict = {"kind": "model", "version": active.version + 1}
@@ -370,6 +370,13 @@ class ContinualLearner:
             needed = self._model_config().context_len + c.fit.horizon
             short = f"not enough data: no run of {needed + 1} POLICY ticks in the replay"
             return clock.result(bundle=None, reason=short, metrics=metrics)
+        reason, metrics["validation"] = model_gates(
+            fitted.model, fitted.dataset, c.validation, c.residual_components
+        )
+        clock.lap("validate")
+        if reason is not None:  # refused before a policy is trained on it
+            metrics["timing_s"] = clock.timing()
+            return clock.result(bundle=None, reason=reason, metrics=metrics)
         report("train", 0.0)
         trained = self._train_stage(report, fitted, metrics)
         clock.lap("train")
@@ -439,10 +446,11 @@ class ContinualLearner:
     def _validate_stage(
         self, fitted: FittedModel, trained: TrainedPolicy, metrics: dict
     ) -> str | None:
-        """Stage 3: the gates on the candidate; why it is rejected (None: it passed)."""
+        """Stage 3: the policy gates on the candidate (the model passed its gates after the
+        fit); why it is rejected (None: it passed)."""
         dynamics = gate_dynamics(fitted, trained, self.config.residual_components)
         reason, checks = self._gates()(trained.policy, dynamics, fitted.model, fitted.dataset)
-        metrics["validation"] = checks
+        metrics["validation"] |= checks
         return reason
 
     def _accept(self, fitted: FittedModel, trained: TrainedPolicy, metrics: dict) -> Bundle:

@@ -1,8 +1,13 @@
-"""The gates every learner candidate passes before it becomes a bundle version, in order:
-finite weights, command limits, model sanity (translational and rotational), cost on
-learned-model roll-outs against the active policy, calm tracking on the bare prior, hover
-stability, and the behaviour check every policy node runs on load (:mod:`validation` holds
-each check)."""
+"""The gates every learner candidate passes before it becomes a bundle version
+(:mod:`validation` holds each check).
+
+A fitted model passes :func:`model_gates` first: finite weights and model sanity (translational
+and rotational). They need no policy, so a model update runs them before it trains one and a
+model that fails costs no policy training. The candidate policy then passes
+:func:`run_gates`, in order: finite weights, command limits, cost on learned-model roll-outs
+against the active policy, calm tracking on the bare prior, hover stability, and the behaviour
+check every policy node runs on load. Improvement rounds train against a model that passed
+its model gates when its update was accepted and run :func:`run_gates` alone."""
 
 from __future__ import annotations
 
@@ -57,6 +62,25 @@ def gates_against(
     return gates
 
 
+def model_gates(
+    model: VNDModel, dataset: TransitionDataset, validation: ValidationConfig, components: str
+) -> tuple[str | None, dict]:
+    """The gates on a fitted ``model`` (fitted on ``dataset``; ``components``: the residual
+    parts its policy will train against): (first failure reason or None, figures of every
+    gate run)."""
+    checks: dict = {}
+    reason = non_finite_tensor(model, "model")
+    if reason:
+        return reason, checks
+    reason, checks["model_check"] = model_worse_than_prior(model, dataset, validation, components)
+    if reason:
+        return reason, checks
+    reason, checks["rotation_check"] = rotation_worse_than_prior(
+        model, dataset, validation, components
+    )
+    return reason, checks
+
+
 def run_gates(
     policy: PolicyNet,
     dynamics: Dynamics,
@@ -68,24 +92,17 @@ def run_gates(
     validation: ValidationConfig,
     components: str,
 ) -> tuple[str | None, dict]:
-    """Run the gates on candidate ``policy`` (trained on ``dynamics``, the frozen ``model``
-    fitted on ``dataset``) against the ``active`` bundle; (first failure reason or None,
-    figures of every gate run)."""
+    """Run the policy gates on candidate ``policy`` (trained on ``dynamics``, the frozen
+    ``model`` fitted on ``dataset``, which passed :func:`model_gates`) against the ``active``
+    bundle; (first failure reason or None, figures of every gate run)."""
     v = validation
     checks: dict = {}
-    reason = non_finite_tensor(policy, "policy") or non_finite_tensor(model, "model")
+    reason = non_finite_tensor(policy, "policy")
     if reason:
         return reason, checks
     reason = action_limit_violation(policy, vehicle, v.probe_observations, v.seed)
     if reason:
         return reason, checks
-    reason, checks["model_check"] = model_worse_than_prior(model, dataset, v, components)
-    if reason:
-        return reason, checks
-    reason, checks["rotation_check"] = rotation_worse_than_prior(model, dataset, v, components)
-    if reason:
-        return reason, checks
-    active = active
     eval_set = make_eval_set(model, active.model, active.policy.latent_dim, dataset, v)
     dt_s = model.prior.config.dt_s
     # the model maps the action issued d ticks ago to the next state: roll out with that lag

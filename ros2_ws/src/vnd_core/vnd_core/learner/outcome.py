@@ -80,8 +80,10 @@ class StageClock:
         return time.perf_counter() - self.start_s
 
     def lap(self, stage: str) -> float:
-        """End ``stage`` now; its wall time [s] (since the start or the previous lap)."""
-        self.laps_s[stage] = self.elapsed_s() - sum(self.laps_s.values())
+        """End ``stage`` now (since the start or the previous lap); its wall time [s], added
+        to the stage's earlier laps (a model update validates in two parts)."""
+        lap_s = self.elapsed_s() - sum(self.laps_s.values())
+        self.laps_s[stage] = self.laps_s.get(stage, 0.0) + lap_s
         return self.laps_s[stage]
 
     def get(self, stage: str) -> float:
