@@ -129,14 +129,16 @@ def test_vnd_learns_on_top_of_drs_policy_trained_once(base_bundle):
 
 
 def test_vnd_observer_starts_from_dobs_policy_reading_the_force_as_its_force_input(base_bundle):
-    """One dob training, shared; vnd_observer's start reads the observer's force through its
-    force input exactly as dob's policy reads it through z, and its z inputs start silent."""
+    """One dob training, shared, warm-started from dr's; vnd_observer's start reads the
+    observer's force through its force input exactly as dob's policy reads it through z, and
+    its z inputs start silent."""
     config = EvalConfig.quick(
         randomised_trainer=TrainerConfig(num_envs=4, horizon_ticks=2, iterations=1)
     )
     trained = []
     methods = prepare_methods(["dob", "vnd_observer"], base_bundle, config, log=trained.append)
-    assert len(trained) == 1  # one dob training, shared
+    assert [line.split()[1] for line in trained] == ["dr", "dob"]  # dob from dr, shared
+    assert methods["dob"].initial.parent_version == base_bundle.version + 1  # dr's version
     dob, vnd = methods["dob"].initial.policy, methods["vnd_observer"].initial.policy
     assert methods["vnd_observer"].latent_mode == "encoder" and vnd.force_dim == 3
     reference = ReferenceSpec(kind="figure8")

@@ -9,8 +9,9 @@ the difference into an external acceleration estimate. Everything the prior does
 estimate, lumped into one force.
 
 Feed-forward: what a practitioner does with a learned CTBR policy is to give it the force as
-an input. The dob policy is the base policy fine-tuned (dr's trainer budget, warm start) in
-the external-force simulation (:class:`~vnd_core.evaluation.baselines.ExternalForcePrior`,
+an input. The dob policy is dr's policy fine-tuned further (dr's trainer budget, warm start:
+a practitioner starts from the most robust policy at hand) in the external-force simulation
+(:class:`~vnd_core.evaluation.baselines.ExternalForcePrior`,
 :meth:`RandomisationConfig.observer_feedforward`) with the true episode force as its z
 (slots 0-2, newtons / ``FORCE_SCALE_N``); in flight the observer's estimate times the nominal
 mass takes that place. Nothing is learned in flight.

@@ -9,8 +9,8 @@ Methods (same plant, seeds, scenarios and update budgets for all):
 - dr_mismatched: the same training on a practitioner's model (a constant external force up to
   1 N, no drag law; the 5 m/s test wind outside the range), blind to it;
 - dob: a disturbance observer (prior prediction error, low-pass filtered, command delay and
-  motor lag handled) feeding the estimated force to a force-conditioned policy (the base
-  policy fine-tuned with the force as its z); no learning in flight (:mod:`dob`);
+  motor lag handled) feeding the estimated force to a force-conditioned policy (dr's policy
+  fine-tuned further with the force as its z); no learning in flight (:mod:`dob`);
 - rma: the oracle's policy as privileged teacher plus an adaptation module (1-D convolution
   over the last 0.5 s of state and command history) trained to regress the teacher's
   disturbance input in the randomised simulation; no learning in flight (:mod:`rma`);
@@ -26,8 +26,9 @@ Methods (same plant, seeds, scenarios and update budgets for all):
 
 dr (also vnd's start), dr_mismatched, dob's policy (also vnd_observer's) and the oracle (also
 rma's teacher) are trained once per evaluation (training seed 0) with the same trainer budget
-(``randomised_trainer``), warm-started from the base policy, and shared by every cell that
-flies them; rma's module is trained once with ``rma``'s budget. The seeds vary the plant
+(``randomised_trainer``), warm-started from the base policy (dob's from dr's: the robustness
+dr's randomisation gave carries into the force-conditioned policy), and shared by every cell
+that flies them; rma's module is trained once with ``rma``'s budget. The seeds vary the plant
 (noise, gusts) and the learners. See :mod:`continual_loop` for update timing and
 :mod:`report` for the metrics.
 """
@@ -161,8 +162,9 @@ def prepare_methods(
 
     def trained_bundle(kind: str) -> Bundle:
         if kind not in trained:
+            start_from = trained_bundle("dr") if kind == "dob" else base
             start = time.perf_counter()
-            trained[kind] = train_baseline_bundle(base, kind, config.randomised_trainer)
+            trained[kind] = train_baseline_bundle(start_from, kind, config.randomised_trainer)
             log(f"trained {kind} policy in {time.perf_counter() - start:.0f} s")
         return trained[kind]
 
@@ -441,9 +443,9 @@ def method_definitions(config: EvalConfig) -> dict:
         f"wind's 1.4 N outside it), mass (-5..+25 %); z hidden; budget {offline}",
         "dob": "disturbance observer: external acceleration from the prior's one-tick velocity "
         f"prediction error, low-pass {o.time_constant_s} s, command latency {o.latency_s} s and "
-        "the motor lag handled, fed as a force to the base policy fine-tuned with that force "
-        "(0-1.5 N horizontal, 0.5 N std vertical) as its z; no learning in flight; policy "
-        f"budget {offline}",
+        "the motor lag handled, fed as a force to dr's policy fine-tuned further with that "
+        "force (0-1.5 N horizontal, 0.5 N std vertical) as its z; no learning in flight; "
+        f"policy budget {offline} on top of dr's",
         "rma": "oracle policy as privileged teacher + adaptation module (1-D convolution over "
         f"the last {m.history_ticks} ticks of velocity, attitude, rates and command) regressing "
         f"the teacher's disturbance input: {m.rounds} rounds of {m.rollout_envs} x "
