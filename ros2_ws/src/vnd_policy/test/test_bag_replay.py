@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import itertools
 import json
 import os
 import queue
@@ -250,21 +251,28 @@ def _replay(recorded: dict, enc_ns: str, pol_ns: str) -> tuple[dict, dict, dict]
     return latents, commands, transitions
 
 
-def _in_step(recorded_ticks: dict[int, int], transitions: dict) -> dict[int, bool]:
+def _counter_offsets(recorded_ticks: dict[int, int], transitions: dict) -> list[tuple[int, int]]:
+    """(index among the sorted recorded stamps, replayed minus recorded tick counter) of every
+    recorded tick the replayed node's transitions (by stamp) show; the offset grows by one per
+    extra tick of the replayed node."""
+    stamps = sorted(recorded_ticks)
+    return [
+        (i, int(transitions[stamp].tick) - recorded_ticks[stamp])
+        for i, stamp in enumerate(stamps)
+        if stamp in transitions
+    ]
+
+
+def _in_step(recorded_ticks: dict[int, int], offsets: list[tuple[int, int]]) -> dict[int, bool]:
     """Per recorded odometry stamp (``recorded_ticks``: the recorded tick counter by stamp):
-    True when the replayed node (``transitions`` by stamp) made no extra tick within
-    SETTLE_TICKS before it, nor across the gap of unseen ticks it lies in."""
+    True when the replayed node made no extra tick (``offsets``: :func:`_counter_offsets`)
+    within SETTLE_TICKS before it, nor across the gap of unseen ticks it lies in."""
     stamps = sorted(recorded_ticks)
     disturbed = [False] * len(stamps)
-    previous: tuple[int, int] | None = None  # (index, counter offset) of the last seen tick
-    for i, stamp in enumerate(stamps):
-        if stamp not in transitions:
-            continue
-        offset = int(transitions[stamp].tick) - recorded_ticks[stamp]
-        if previous is not None and offset != previous[1]:
-            for j in range(previous[0] + 1, min(len(stamps), i + SETTLE_TICKS + 1)):
+    for (before, offset_before), (i, offset) in itertools.pairwise(offsets):
+        if offset != offset_before:
+            for j in range(before + 1, min(len(stamps), i + SETTLE_TICKS + 1)):
                 disturbed[j] = True
-        previous = (i, offset)
     return {stamp: not d for stamp, d in zip(stamps, disturbed, strict=True)}
 
 
@@ -288,13 +296,15 @@ def test_replayed_bag_reproduces_latents_and_commands(recorded, nodes):
             m.encoder_version for _, m in recorded["vnd/latent"]
         }
     # Commands, on the recorded policy ticks the replay kept in step (module docstring).
-    in_step = _in_step({s: int(m.tick) for s, m in recorded["vnd/replay"]}, transitions)
+    recorded_ticks = {s: int(m.tick) for s, m in recorded["vnd/replay"]}
+    offsets = _counter_offsets(recorded_ticks, transitions)
+    in_step = _in_step(recorded_ticks, offsets)
     recorded_cmd = {s: m for s, m in recorded["vnd/command"] if m.mode == MODE_POLICY}
     steady = [s for s in recorded_cmd if in_step.get(s, False)]
-    extra = len(transitions) and max(int(m.tick) for m in transitions.values()) - len(transitions)
+    extra = offsets[-1][1] - offsets[0][1] if offsets else 0
     assert len(steady) >= MIN_IN_STEP_SHARE * len(recorded_cmd), (
         f"the host disturbed the replay: only {len(steady)} of {len(recorded_cmd)} recorded "
-        f"policy ticks in step (the replayed policy ticked about {extra} extra times)"
+        f"policy ticks in step (the replayed policy ticked {extra} extra times)"
     )
     common = [s for s in steady if s in commands and commands[s].mode == MODE_POLICY]
     lost = len(steady) - len(common)
