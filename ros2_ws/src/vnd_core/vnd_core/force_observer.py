@@ -1,4 +1,5 @@
-"""External-force observer: the force the prior does not explain, estimated every tick.
+"""Disturbance observer: the force the prior does not explain and the body-rate offset a
+torque leaves under the onboard rate loop, estimated every tick.
 
 Every tick the observer compares the measured velocity change with the one the prior
 (:class:`~vnd_core.dynamics.NominalModel`) predicts for the command the motors were actually
@@ -26,6 +27,20 @@ The model's force at hover under the latest latent passes into the estimate unfi
 only the rest goes through the low-pass filter, so when the encoder recognises a condition the
 model knows, the force the policy reads follows at once instead of 0.3 s behind.
 
+A torque (an offset centre of mass, a weak rotor) is not a force: under the vehicle's
+proportional rate loop it leaves a steady body-rate offset, the vehicle turning at the command
+plus the torque's angular acceleration over the loop's gain. The observer models that loop as
+the vehicle describes it (``rate_gain_p`` per axis, driving the motors' first-order lag) and
+filters what the measured body rates do beyond it into that offset (:attr:`rate_offset_radps`,
+body frame). :meth:`compensate` subtracts it from a command's body rates before the command is
+sent, so the vehicle turns at the rates the policy asked for: the moment half of an L1-style
+augmentation, the integral action a proportional rate loop lacks. The estimate compares the
+measured rates with the commands actually sent, so compensating does not feed back into it. A
+flight controller whose rate loop integrates leaves no offset, and the estimate stays near
+zero. The loop model is deliberately not the prior's single rate time constant: that lag
+misses the motors' and turns every manoeuvre into a transient offset, and compensating that
+noise costs tracking.
+
 A command sent without a learned motion (its latent was not valid: a glitch of the encoder, a
 bundle swap's version mismatch) keeps the last motion for ``motion_hold_s``: the model under
 the last valid latent still predicts the vehicle better than the prior, and dropping it would
@@ -48,7 +63,7 @@ import numpy as np
 import torch
 
 from vnd_core.dynamics import NominalModel
-from vnd_core.state import VEL, hover_state
+from vnd_core.state import OMEGA, RATES, VEL, hover_state
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.features import RES_VEL
 
@@ -66,6 +81,9 @@ class ObserverConfig:
     warmup_ticks: int = 5  # ticks before the first estimate (zero until then)
     motor_time_constant_s: float | None = None  # thrust lag assumed; None: the vehicle's
     motion_hold_s: float = 0.5  # a learned motion stays in use this long without a new one
+    rate_time_constant_s: float = 0.3  # first-order low-pass filter of the raw rate offset
+    rate_offset_limit_radps: float = 2.0  # the rate offset is clipped to this norm (rad/s)
+    rate_substeps: int = 8  # integration steps of the rate-loop model per tick
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -75,6 +93,14 @@ class ObserverConfig:
             raise ValueError(f"latency_s must be within [0, 0.2] s, got {self.latency_s}")
         if not self.accel_limit_mps2 > 0:
             raise ValueError(f"accel_limit_mps2 must be > 0, got {self.accel_limit_mps2}")
+        if not self.rate_time_constant_s > 0:
+            raise ValueError(f"rate_time_constant_s must be > 0, got {self.rate_time_constant_s}")
+        if not self.rate_offset_limit_radps >= 0:
+            raise ValueError(
+                f"rate_offset_limit_radps must be >= 0, got {self.rate_offset_limit_radps}"
+            )
+        if not self.rate_substeps >= 1:
+            raise ValueError(f"rate_substeps must be >= 1, got {self.rate_substeps}")
         if not self.motion_hold_s >= 0:
             raise ValueError(f"motion_hold_s must be >= 0, got {self.motion_hold_s}")
         if self.motor_time_constant_s is not None and not self.motor_time_constant_s >= 0:
@@ -84,11 +110,13 @@ class ObserverConfig:
 
 
 class ForceObserver:
-    """Per-flight external-acceleration estimator (see the module docstring).
+    """Per-flight disturbance estimator (see the module docstring).
 
     Call :meth:`observe` with each measurement (13,) and :meth:`command` with each command (4,)
-    sent after it; :attr:`estimate_mps2` (3,) is the filtered external acceleration (world) and
-    :meth:`force_n` the force (nominal mass times it).
+    sent after it; :attr:`estimate_mps2` (3,) is the filtered external acceleration (world),
+    :meth:`force_n` the force (nominal mass times it) and :attr:`rate_offset_radps` (3,) the
+    body-rate offset a torque leaves (body frame), which :meth:`compensate` removes from a
+    command.
     """
 
     def __init__(self, vehicle: VehicleParams, config: ObserverConfig | None = None) -> None:
@@ -120,6 +148,9 @@ class ForceObserver:
         self._held_ticks = 0
         self._model_in_use: bool | None = None  # the last estimate's predictor (None: none yet)
         self._hold_ticks = round(self.config.motion_hold_s / self.dt_s)
+        self._rate_loop = RateLoopModel(vehicle, tau_s, self.dt_s, self.config.rate_substeps)
+        self._rate_alpha = 1.0 - math.exp(-self.dt_s / self.config.rate_time_constant_s)
+        self.rate_offset_radps = np.zeros(3)  # filtered and clipped, body frame
 
     @property
     def estimate_mps2(self) -> np.ndarray:
@@ -147,6 +178,7 @@ class ForceObserver:
                 predicted = self.prior(
                     torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
                 )[0, VEL].numpy()
+            self._observe_rates(previous, action, measured)
             known = np.zeros(3)
             if motion is not None:
                 predicted = predicted + motion(previous, action)
@@ -162,6 +194,26 @@ class ForceObserver:
                 self._unexplained_mps2 = unexplained
         self._previous = (measured, None, None)
         return self.estimate_mps2
+
+    def _observe_rates(
+        self, previous: np.ndarray, action: np.ndarray, measured: np.ndarray
+    ) -> None:
+        """Filter the body-rate offset of the tick from ``previous`` (13,) under the acting
+        ``action`` (4,) to ``measured`` (13,) (module docstring)."""
+        raw = self._rate_loop.offset_radps(previous[OMEGA], action[RATES], measured[OMEGA])
+        if self._ticks + 1 < self.config.warmup_ticks or not np.isfinite(raw).all():
+            return
+        offset = self.rate_offset_radps + self._rate_alpha * (raw - self.rate_offset_radps)
+        norm = float(np.linalg.norm(offset))
+        limit = self.config.rate_offset_limit_radps
+        self.rate_offset_radps = offset * (limit / norm) if norm > limit else offset
+
+    def compensate(self, action: np.ndarray) -> np.ndarray:
+        """``action`` (4,) with the rate offset taken off its body rates (module docstring): the
+        command to send, in float64; thrust unchanged. Feed the result to :meth:`command`."""
+        sent = np.array(action, dtype=np.float64)
+        sent[RATES] -= self.rate_offset_radps
+        return sent
 
     def _switch_predictor(self, model_in_use: bool, known_mps2: np.ndarray) -> None:
         """Take the model's hover acceleration ``known_mps2`` (3,) for this estimate; when the
@@ -207,6 +259,59 @@ class ForceObserver:
     def force_n(self) -> np.ndarray:
         """The estimated external force (3,) in newtons: nominal mass times the estimate."""
         return self.vehicle.mass_kg * self.estimate_mps2
+
+
+class RateLoopModel:
+    """The vehicle's onboard body-rate loop as the observer models it: a proportional loop of
+    gain ``rate_gain_p`` (1/s, angular acceleration per rad/s of error) whose angular
+    acceleration reaches the airframe through the motors' first-order lag.
+
+    :meth:`offset_radps` predicts one tick from a measured rate and reads how far the next
+    measured rate is beyond the prediction as a constant disturbing angular acceleration,
+    returned as the steady rate offset it leaves (it over the gain). Within a tick the loop
+    already answers a disturbance, so a constant one moves the rate by less than its
+    acceleration times the tick (``sensitivity_s``, per axis). The lagged acceleration is the
+    model's own state, carried from tick to tick along the measured rates."""
+
+    def __init__(
+        self, vehicle: VehicleParams, motor_tau_s: float, dt_s: float, substeps: int
+    ) -> None:
+        self.gain = np.array(vehicle.rate_gain_p, dtype=np.float64)  # (3,) 1/s
+        self.h_s = dt_s / substeps
+        self.substeps = substeps
+        self._lag = self.h_s / motor_tau_s if motor_tau_s > 0 else 1.0
+        # the rate change (s, per axis) one tick of a unit disturbance makes from rest
+        self.sensitivity_s, _ = self._tick(np.zeros(3), np.zeros(3), np.zeros(3), np.ones(3))
+        self.accel_radps2 = np.zeros(3)  # what the motors produce now
+
+    def _tick(
+        self, rates: np.ndarray, accel: np.ndarray, command: np.ndarray, disturbance: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(rates, motor acceleration) (3,) each after one tick."""
+        for _ in range(self.substeps):
+            accel = accel + self._lag * (self.gain * (command - rates) - accel)
+            rates = rates + self.h_s * (accel + disturbance)
+        return rates, accel
+
+    def offset_radps(
+        self, rates_radps: np.ndarray, command_radps: np.ndarray, measured_radps: np.ndarray
+    ) -> np.ndarray:
+        """The raw offset (3,): ``measured_radps`` (3,) against the model's prediction from
+        ``rates_radps`` (3,) one tick earlier under ``command_radps`` (3,) (class docstring)."""
+        predicted, _ = self._tick(rates_radps, self.accel_radps2, command_radps, np.zeros(3))
+        self._follow(rates_radps, measured_radps, command_radps)
+        return (measured_radps - predicted) / (self.sensitivity_s * self.gain)
+
+    def _follow(self, start: np.ndarray, end: np.ndarray, command: np.ndarray) -> None:
+        """Carry the motor acceleration over the tick along the rates measured (from ``start``
+        to ``end``, (3,) each, linearly): the motors answered the rates the vehicle had, not
+        the prediction, and a state carried along the prediction settles short of the loop's
+        true output under a steady offset."""
+        accel = self.accel_radps2
+        for k in range(1, self.substeps + 1):
+            rates = start + (k / self.substeps) * (end - start)
+            accel = accel + self._lag * (self.gain * (command - rates) - accel)
+        self.accel_radps2 = accel
 
 
 class LearnedMotion:

@@ -135,3 +135,36 @@ def test_with_a_learned_model_the_observer_predicts_its_motion_while_the_latent_
         fly_in_force(vehicle, controller, [0.6, 0.0, 0.0], 60, bundle=bundle, latent=latent)
         estimates.append(controller.force_input.force_n())
     assert np.linalg.norm(estimates[0] - estimates[1]) > 0.01, estimates
+
+
+def test_commands_go_out_rate_compensated_and_the_policy_keeps_its_own(vehicle):
+    """While the observer runs, the command sent (the record, what the node publishes and the
+    replay logs) has the observer's rate offset taken off its body rates; the policy's history
+    keeps the command the safety filter passed. Under a fallback nothing is compensated."""
+    controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
+    controller.force_input = ForceInput(vehicle, config=INSTANT)
+    bundle = force_bundle(vehicle)
+    fly_in_force(vehicle, controller, [0.0, 0.0, 0.0], 20, bundle=bundle)
+    offset = np.array([0.3, -0.2, 0.1])
+    controller.force_input.observer.rate_offset_radps = offset.copy()
+    now = T0_NS + 21 * PERIOD_NS
+    record = controller.tick(now, hover_state(), now, bundle, None)
+    assert record.mode == Mode.POLICY
+    kept = controller._runner.prev_actions[0]
+    np.testing.assert_allclose(record.action[1:], kept[1:] - offset)
+    assert record.action[0] == kept[0]  # thrust is the force input's business
+    controller.after_publish()
+    # the observer was told the command sent: its history holds the compensated rates
+    np.testing.assert_allclose(controller.force_input.observer._commands[0], record.action)
+
+
+def test_a_fallback_command_goes_out_uncompensated(vehicle):
+    force_input = ForceInput(vehicle, config=INSTANT)
+    command = np.array([vehicle.hover_thrust_n, 0.1, 0.0, 0.0])
+    for _ in range(3):
+        force_input.record(Mode.POLICY, hover_state(1.0), True, command)
+        force_input.update()
+    force_input.observer.rate_offset_radps = np.array([0.5, 0.0, 0.0])
+    np.testing.assert_allclose(force_input.compensate(Mode.POLICY, command)[1:], [-0.4, 0, 0])
+    sent = force_input.compensate(Mode.FALLBACK_LAND, command)
+    np.testing.assert_array_equal(sent, command)

@@ -19,7 +19,9 @@ active bundle (swapped between ticks by the node) and the latest latent. It
   every command sent since) rather than on a repeat of its last input: a policy fed the same
   state tick after tick keeps turning open-loop until the fallback takes over;
 - gives a policy with a force input the force a :class:`~vnd_flight.force_input.ForceInput`
-  observes, whose update the node runs after publishing the command (:meth:`after_publish`);
+  observes, whose update the node runs after publishing the command (:meth:`after_publish`),
+  and sends that policy's commands with the observer's body-rate compensation (the tick
+  record's action is the command sent);
 - while the policy does not fly the vehicle (IDLE before take-off, or a fallback), re-aims the
   policy's reference at the vehicle's own position and velocity (``vnd_flight.rejoin``), so
   when the policy takes over it converges onto the scheduled reference instead of flying a
@@ -88,7 +90,7 @@ class ExternalReference:
 class TickRecord:
     """Everything one tick produced: the command and the fields of the Transition record."""
 
-    action: np.ndarray  # (4,) applied command: thrust N, body rates rad/s FLU
+    action: np.ndarray  # (4,) command sent: thrust N, body rates rad/s FLU
     mode: Mode  # controller mode
     reasons: tuple[str, ...]  # safety faults and limits of this tick
     state: np.ndarray  # (13,) state the tick used
@@ -283,12 +285,14 @@ class PolicyController:
         out = self.safety.step(now_ns, measured, stamp_ns, action, reference_m=ref[0, 0, :])
         if runner is not None:
             runner.remember(out.action, acted=action is not None)
+        command = out.action
         if force_input is not None:
+            command = force_input.compensate(out.mode, out.action)
             motion = self._learned_motion.bind(z) if self._learned_motion and z_valid else None
             measured_state = np.asarray(measured, dtype=float)
-            force_input.record(out.mode, measured_state, fresh, out.action, motion)
+            force_input.record(out.mode, measured_state, fresh, command, motion)
         return TickRecord(
-            action=out.action,
+            action=command,
             mode=out.mode,
             reasons=out.reasons,
             state=np.asarray(state, dtype=float),

@@ -1,5 +1,6 @@
 """The force input of a policy that has one (``PolicyConfig.force_dim``): a
-:class:`~vnd_core.force_observer.ForceObserver` run beside the control tick.
+:class:`~vnd_core.force_observer.ForceObserver` run beside the control tick, and the body-rate
+compensation of its commands.
 
 The observer runs only while the policy flies the vehicle in the air (mode POLICY, measured
 altitude at least ``min_altitude_m``): on the floor or the stand the ground's reaction reads as
@@ -16,13 +17,21 @@ latent (``force_observer``'s docstring); without one the observer predicts with 
 alone. A tick whose latent is not valid keeps the motion of the last valid one for the
 observer's ``motion_hold_s`` (0.5 s), then hands over to the prior without a step in the
 force read.
+
+Such a policy's commands go out with the observer's body-rate compensation
+(:meth:`ForceInput.compensate`): the offset a torque leaves under the vehicle's rate loop is
+taken off the command's body rates, so the vehicle turns at the rates the policy asked for.
+The policy's own history and the safety filter keep the command as the filter passed it; the
+vehicle, the replay and the observer get the command sent. Compensation acts only while the
+observer runs (mode POLICY, in the air); a fallback's commands go out as its controller made
+them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from vnd_core.force_observer import ForceObserver, Motion, ObserverConfig
-from vnd_core.state import POS
+from vnd_core.state import POS, RATES
 from vnd_core.vehicle import VehicleParams
 from vnd_core.wire import Mode
 
@@ -56,6 +65,17 @@ class ForceInput:
         """The force (3,) in newtons the policy reads now (None: the observer is not running,
         the policy reads zero)."""
         return None if self.observer is None else self.observer.force_n()
+
+    def compensate(self, mode: Mode, command: np.ndarray) -> np.ndarray:
+        """The command (4,) to send for ``command`` (4,) passed by the safety filter in
+        ``mode``: its body rates less the observer's rate offset, within the vehicle's rate
+        limits, while the observer runs in mode POLICY; else ``command`` itself."""
+        if self.observer is None or mode != Mode.POLICY:
+            return command
+        sent = self.observer.compensate(command)
+        limit = np.asarray(self.vehicle.body_rate_max_radps, dtype=np.float64)
+        sent[RATES] = np.clip(sent[RATES], -limit, limit)
+        return sent
 
     def record(
         self,

@@ -501,6 +501,12 @@ def test_observed_force_gate_flies_the_windows_force_and_rejects_worse_station_k
     assert same is None and figures["windows"] == rollouts
     _, calm_figures = observed_force_regression(active, active, VEHICLE, still, config, 2)
     assert figures["active"] > calm_figures["active"] + 0.05  # the force is flown
+    # a torque's body-rate offset is not: the observer's rate compensation cancels it in flight
+    rate_offset = torch.zeros(rollouts, 12)
+    rate_offset[:, 9:] = torch.tensor([0.3, -0.3, 0.1])
+    turned = dataclasses.replace(still, mean_error=rate_offset)
+    _, turned_figures = observed_force_regression(active, active, VEHICLE, turned, config, 2)
+    assert turned_figures["active"] == pytest.approx(calm_figures["active"])
     reason, figures = observed_force_regression(candidate, active, VEHICLE, pushed, config, 2)
     assert reason is not None and "station keeping on the prior" in reason, figures
     none_held = dataclasses.replace(pushed, holds=torch.zeros(rollouts, dtype=torch.bool))
@@ -519,3 +525,16 @@ def test_eval_set_marks_the_windows_where_the_prior_was_right_as_calm():
     in_calm_segment = dataset.tensors()["labels"][pick] == 1  # label ids in order: wind, calm
     assert 0 < int(in_calm_segment.sum()) < config.eval_rollouts
     assert torch.equal(eval_set.calm, in_calm_segment)
+
+
+def test_a_learner_of_a_force_input_policy_trains_without_the_body_rate_residual():
+    """Such a policy flies with the observer's rate compensation: its learner trains, gates and
+    records its bundles against the translational residual only."""
+    base = load_bundle(shipped_bundle_path())
+    policy = PolicyNet(VEHICLE, dataclasses.replace(base.policy.config, force_dim=3)).eval()
+    forced = Bundle(base.version, 0, policy, VEHICLE)
+    config = LearnerConfig()
+    assert config.residual_components == "translational_rates"
+    assert ContinualLearner(VEHICLE, config, forced).config.residual_components == "translational"
+    plain = ContinualLearner(VEHICLE, config, base).config.residual_components
+    assert plain == "translational_rates"

@@ -127,7 +127,11 @@ class Method:
 
 class LatentSource:
     """A per-run online z estimator of a method with latent mode online: it sees each
-    measurement before the tick's command and each command after it, nothing else."""
+    measurement before the tick's command and each command after it, nothing else. One that
+    runs a disturbance observer exposes it (``observer``): the run then sends every command
+    through its rate compensation, as the flight stack does for a force-input policy."""
+
+    observer: ForceObserver | None = None
 
     def latent(self, stamp_ns: int, measured: np.ndarray) -> np.ndarray:
         """z (latent_dim,) for the tick whose measurement ``measured`` (13,) is at
@@ -369,7 +373,8 @@ class _Flight:
         self.runner = PolicyRunner(bundle.policy, scenario.reference)
         self.source = method.latent_source() if method.latent_mode == LATENT_ONLINE else None
         # a policy with a force input reads the force the prior does not explain (and, once
-        # its bundle has a model, the model's motion does not: force_observer's docstring)
+        # its bundle has a model, the model's motion does not: force_observer's docstring),
+        # and its commands go out with the observer's body-rate compensation
         self.observer = ForceObserver(bundle.vehicle) if bundle.policy.force_dim else None
         self.motion: LearnedMotion | None = None
         self.z: np.ndarray | None = None  # the latent of the last command
@@ -403,7 +408,11 @@ class _Flight:
         elif self.source is not None:
             z = self.source.latent(stamp_ns, measured)
         self.z = z
-        return self.runner.act(measured, t_s, z, force_n), z is not None
+        action = self.runner.act(measured, t_s, z, force_n)
+        observer = self.observer or (self.source.observer if self.source is not None else None)
+        if observer is not None:  # the policy's history keeps what it asked for
+            action = observer.compensate(action)
+        return action, z is not None
 
     def after_command(self, stamp_ns: int, action: np.ndarray) -> None:
         """Tell the encoder's context (and the force observer) which command answered the

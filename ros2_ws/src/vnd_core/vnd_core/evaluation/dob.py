@@ -1,5 +1,6 @@
-"""The disturbance-observer baseline of ``vnd eval`` (dob): L1-style augmentation of the base
-policy with an online estimate of the external force, no learning in flight.
+"""The disturbance-observer baseline of ``vnd eval`` (dob): L1-style augmentation of a
+policy with an online estimate of the external force and of the body-rate offset a torque
+leaves, no learning in flight.
 
 Observer (:class:`~vnd_core.force_observer.ForceObserver` on the prior alone): every tick it
 compares the measured velocity change with the one the prior predicts for the command the
@@ -14,7 +15,9 @@ a practitioner starts from the most robust policy at hand) in the external-force
 (:class:`~vnd_core.evaluation.baselines.ExternalForcePrior`,
 :meth:`RandomisationConfig.observer_feedforward`) with the true episode force as its z
 (slots 0-2, newtons / ``FORCE_SCALE_N``); in flight the observer's estimate times the nominal
-mass takes that place. Nothing is learned in flight.
+mass takes that place. The commands go out with the observer's body-rate compensation
+(:meth:`~vnd_core.force_observer.ForceObserver.compensate`), which cancels the offset a torque
+leaves under the vehicle's rate loop. Nothing is learned in flight.
 """
 
 from __future__ import annotations
@@ -45,16 +48,17 @@ class _ObserverSource(LatentSource):
     """The observer as a per-run latent source of the continual loop."""
 
     def __init__(self, vehicle: VehicleParams, config: ObserverConfig) -> None:
-        self.observer = ForceObserver(vehicle, config)
+        self.own = ForceObserver(vehicle, config)
+        self.observer = self.own  # the run compensates its commands' body rates with it
 
     def latent(self, stamp_ns: int, measured: np.ndarray) -> np.ndarray:
         """z of the force estimate after this measurement."""
-        self.observer.observe(measured)
-        return force_latent(self.observer)
+        self.own.observe(measured)
+        return force_latent(self.own)
 
     def command(self, stamp_ns: int, action: np.ndarray) -> None:
         """Into the observer's command history."""
-        self.observer.command(action)
+        self.own.command(action)
 
 
 class DOBMethod(Method):

@@ -25,6 +25,7 @@ carries into the next update (:meth:`ContinualLearner.update`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import uuid
@@ -75,7 +76,7 @@ from vnd_core.learner.rounds import ImprovementRounds
 from vnd_core.learner.warmup import WarmUpReport, compile_policy_training
 from vnd_core.policy import PolicyNet
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.components import SUMMARY_KEY
+from vnd_core.vnd.components import SUMMARY_KEY, compensated_components
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
@@ -94,6 +95,9 @@ class ContinualLearner:
 
     def __init__(self, vehicle: VehicleParams, config: LearnerConfig, active: Bundle) -> None:
         config.validate()
+        # a force-input policy flies rate-compensated: no body-rate residual (components.py)
+        components = compensated_components(config.residual_components, active.policy.force_dim)
+        config = dataclasses.replace(config, residual_components=components)
         self.vehicle = vehicle
         self.config = config
         check_latent_sizes(active, config)

@@ -30,8 +30,9 @@
    z = 0: the MMD spreads the conditions met over N(0, I).) No calm window: no check.
 5b. Observed-force station keeping (only for a policy with a force input): the rollouts of
    gate 4 that hold position from a replay state are flown on the prior corrected by the
-   replay window's mean prior error (its force and the body-rate offset a torque leaves:
-   measured, not learned), each policy reading the force the observer reads there (clipped
+   replay window's mean prior error (its force: measured, not learned; the body-rate offset
+   a torque leaves is not applied, because such a policy flies with the observer's rate
+   compensation, which cancels it), each policy reading the force the observer reads there (clipped
    as it clips it) and its own encoder's latent of the window. The candidate's
    mean position error may exceed the active policy's by at most ``force_margin_frac`` (plus
    ``force_margin_m``). The physics there is the prior's plus a measured force, not the learned
@@ -374,7 +375,7 @@ def observed_force_regression(
     prior = NominalModel(vehicle)
     dt_s = prior.config.dt_s
     correction = eval_set.mean_error * eval_set.mean_error.new_tensor(
-        COMPONENT_MASKS["translational_rates"]
+        COMPONENT_MASKS["translational"]
     )
     # what the policies read: the observer's estimate of the force, clipped as it clips it
     force_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s

@@ -11,6 +11,9 @@ must use the same set the policy trained on: a rotational residual the policy ne
 drift far from the prior and makes a model look worse (or better) than the one the policy
 relies on.
 
+A policy with a force input flies with the disturbance observer's body-rate compensation, so
+its learner leaves the body rates out (:func:`compensated_components`).
+
 A bundle records the set in its summary (:data:`SUMMARY_KEY`, written by the continual learner);
 a bundle without the key was trained against :data:`UNRECORDED_COMPONENTS`.
 """
@@ -46,6 +49,24 @@ def recorded_components(summary: Mapping) -> str:
     ``summary``; :data:`UNRECORDED_COMPONENTS` when it does not say. ValueError on an unknown
     set."""
     return check_components(summary.get(SUMMARY_KEY, UNRECORDED_COMPONENTS))
+
+
+def compensated_components(components: str, force_dim: int) -> str:
+    """The components a policy of force-input size ``force_dim`` trains against when its
+    learner is configured with ``components``. A policy with a force input flies with the
+    observer's body-rate compensation (``force_observer``), which cancels the rate offset a
+    torque leaves before it reaches the vehicle: its training and checks leave the body-rate
+    residual out (``"translational_rates"`` becomes ``"translational"``). ValueError for
+    ``"full"`` with a force input: its learned rotation would be answered twice."""
+    check_components(components)
+    if not force_dim or components == "translational":
+        return components
+    if components == "translational_rates":
+        return "translational"
+    raise ValueError(
+        f"components {components!r} cannot train a policy with a force input: it flies with "
+        "the observer's body-rate compensation; use 'translational_rates' or 'translational'"
+    )
 
 
 def moves_attitude(components: str) -> bool:
