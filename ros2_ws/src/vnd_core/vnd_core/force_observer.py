@@ -14,8 +14,7 @@ rotor's lost thrust) lands in the estimate, lumped into one force. Two users:
 - the disturbance-observer baseline of ``vnd eval``;
 - a VND policy with a force input (``PolicyConfig.force_dim``): the force answers at once
   whatever the vehicle meets, a condition the model has not learned yet included, and z tells
-  the policy which condition it is (how the force will change as the vehicle flies, the torque
-  a force observer cannot see).
+  the policy which condition it is (how the force will change as the vehicle flies).
 
 Such a policy trains reading the residual's force at hover under its z (plus an external
 force), while its roll-outs fly the whole residual, which changes with the vehicle's motion
