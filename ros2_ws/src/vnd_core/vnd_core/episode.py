@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from vnd_core.dynamics import CONTROL_PERIOD_S
+from vnd_core.force_observer import ForceObserver
 from vnd_core.plant import TruePlant
 from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import PolicyNet
@@ -65,7 +66,15 @@ def run_episode(
     """Fly ``scenario`` for ``duration_s`` (default: the scenario's) with ``policy``.
 
     ``latent_source`` supplies z each tick (the encoder, later); without it z = 0 (base policy).
+    A policy with a force input flies as the policy node flies it: a
+    :class:`~vnd_core.force_observer.ForceObserver` gives it the force and its commands go out
+    with the observer's body-rate compensation (one environment only: ValueError otherwise).
     """
+    if policy.force_dim and batch_size != 1:
+        raise ValueError(
+            f"a policy with a force input flies one environment (its observer's), got {batch_size}"
+        )
+    observer = ForceObserver(policy.vehicle) if policy.force_dim else None
     duration_s = scenario.duration_s if duration_s is None else duration_s
     n_ticks = round(duration_s / CONTROL_PERIOD_S)
     plant = TruePlant(policy.vehicle, scenario, batch_size, plant_config, seed=seed)
@@ -83,17 +92,26 @@ def run_episode(
             measured = plant.measure()
             if latent_source is not None:
                 z = latent_source(measured, prev[:, 0])
-            condition = builder.condition(z)
+            force_n = None
+            if observer is not None:
+                observer.observe(measured[0].double().numpy())
+                force_n = torch.from_numpy(observer.force_n()).float()[None]
+            condition = builder.condition(z, force_n)
             obs = builder.build_from(measured, trajectory, t_now, prev[:, :n_prev], condition)
             action = policy(obs)
-            state = plant.step(action)
+            sent = action
+            if observer is not None:  # the policy's history keeps what it asked for
+                compensated = observer.compensate(action[0].double().numpy())
+                observer.command(compensated)
+                sent = torch.from_numpy(compensated).float()[None]
+            state = plant.step(sent)
             prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
             t_s = plant.time_s
             ref = trajectory.sample(torch.full((batch_size,), t_s)).position_m
             record["t"].append(t_s)
             record["p"].append(state[:, POS].numpy())
             record["ref"].append(ref.numpy())
-            record["act"].append(action.numpy())
+            record["act"].append(sent.numpy())
             record["cond"].append(plant.condition())
     position = np.stack(record["p"])
     reference = np.stack(record["ref"])

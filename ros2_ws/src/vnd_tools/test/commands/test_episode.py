@@ -9,6 +9,7 @@ import pytest
 import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path
 from vnd_core.episode import episode_metrics, run_episode
+from vnd_core.policy import with_force_input
 from vnd_core.scenario import load_scenario
 from vnd_tools.commands import sim
 
@@ -44,6 +45,21 @@ def test_strong_wind_visibly_degrades_the_base_policy(policy):
     assert max(per_second[:3]) < 0.03  # calm before the wind
     assert min(per_second[-2:]) > 0.08  # a steady offset downwind after it
     assert result.condition[0] == "calm" and result.condition[-1] == "wind_large"
+
+
+def test_a_force_input_policy_flies_with_its_observer_and_the_rate_compensation(policy):
+    """A force-input policy flies as the policy node flies it. The base policy given a silent
+    force input, through a rotor at 75 % from 10 s: the compensation takes the torque off its
+    commands, so it holds the damage phase far better than the same policy without a force
+    input (ground truth: the plant's position error)."""
+    forced = with_force_input(policy).eval()
+    scenario = load_scenario("prop_damage")
+    plain = run_episode(policy, scenario, duration_s=30.0, seed=1).error_m[1000:, 0]
+    observed = run_episode(forced, scenario, duration_s=30.0, seed=1).error_m[1000:, 0]
+    rms = [float(np.sqrt((e**2).mean())) for e in (plain, observed)]
+    assert rms[1] < 0.6 * rms[0], rms
+    with pytest.raises(ValueError, match="one environment"):
+        run_episode(forced, scenario, duration_s=1.0, batch_size=2)
 
 
 def test_metrics_of_known_errors():
