@@ -177,13 +177,13 @@ class ForceObserver:
                 predicted = self.prior(
                     torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
                 )[0, VEL].numpy()
-            self._observe_rates(previous, action, measured)
             known = np.zeros(3)
             if motion is not None:
                 predicted = predicted + motion(previous, action)
                 known = motion.hover_accel_mps2
             raw = (measured[VEL] - predicted) / self.dt_s - known
             self._ticks += 1
+            self._observe_rates(previous, action, measured)
             if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
                 self._switch_predictor(motion is not None, known)
                 unexplained = self._unexplained_mps2 + self._alpha * (raw - self._unexplained_mps2)
@@ -200,7 +200,7 @@ class ForceObserver:
         """Filter the body-rate offset of the tick from ``previous`` (13,) under the acting
         ``action`` (4,) to ``measured`` (13,) (module docstring)."""
         raw = self._rate_loop.offset_radps(previous[OMEGA], action[RATES], measured[OMEGA])
-        if self._ticks + 1 < self.config.warmup_ticks or not np.isfinite(raw).all():
+        if self._ticks < self.config.warmup_ticks or not np.isfinite(raw).all():
             return
         offset = self.rate_offset_radps + self._rate_alpha * (raw - self.rate_offset_radps)
         norm = float(np.linalg.norm(offset))

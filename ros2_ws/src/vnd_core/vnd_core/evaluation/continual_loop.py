@@ -376,6 +376,8 @@ class _Flight:
         # its bundle has a model, the model's motion does not: force_observer's docstring),
         # and its commands go out with the observer's body-rate compensation
         self.observer = ForceObserver(bundle.vehicle) if bundle.policy.force_dim else None
+        source_observer = self.source.observer if self.source is not None else None
+        self.compensator = self.observer or source_observer  # the rate compensation, if any
         self.motion: LearnedMotion | None = None
         self.z: np.ndarray | None = None  # the latent of the last command
         self.use(bundle)
@@ -409,9 +411,8 @@ class _Flight:
             z = self.source.latent(stamp_ns, measured)
         self.z = z
         action = self.runner.act(measured, t_s, z, force_n)
-        observer = self.observer or (self.source.observer if self.source is not None else None)
-        if observer is not None:  # the policy's history keeps what it asked for
-            action = observer.compensate(action)
+        if self.compensator is not None:  # the policy's history keeps what it asked for
+            action = self.compensator.compensate(action)
         return action, z is not None
 
     def after_command(self, stamp_ns: int, action: np.ndarray) -> None:

@@ -45,20 +45,22 @@ def force_latent(observer: ForceObserver) -> np.ndarray:
 
 
 class _ObserverSource(LatentSource):
-    """The observer as a per-run latent source of the continual loop."""
+    """The observer as a per-run latent source of the continual loop (the run also
+    compensates its commands' body rates with it)."""
+
+    observer: ForceObserver
 
     def __init__(self, vehicle: VehicleParams, config: ObserverConfig) -> None:
-        self.own = ForceObserver(vehicle, config)
-        self.observer = self.own  # the run compensates its commands' body rates with it
+        self.observer = ForceObserver(vehicle, config)
 
     def latent(self, stamp_ns: int, measured: np.ndarray) -> np.ndarray:
         """z of the force estimate after this measurement."""
-        self.own.observe(measured)
-        return force_latent(self.own)
+        self.observer.observe(measured)
+        return force_latent(self.observer)
 
     def command(self, stamp_ns: int, action: np.ndarray) -> None:
         """Into the observer's command history."""
-        self.own.command(action)
+        self.observer.command(action)
 
 
 class DOBMethod(Method):
