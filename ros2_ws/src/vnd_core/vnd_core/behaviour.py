@@ -51,7 +51,12 @@ import torch
 
 from vnd_core.bundle import Bundle, BundleError
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel, NominalModelConfig
-from vnd_core.force_observer import observed_hover_force_n
+from vnd_core.force_observer import (
+    left_to_policy_n,
+    model_hover_force_n,
+    observed_model_force_n,
+    with_thrust_feedforward,
+)
 from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import ACTION_DIM, OMEGA, POS, QUAT, VEL, hover_state
@@ -243,20 +248,24 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
     ticks = max(1, round(config.duration_s / config.period_s))
     states, actions = [], []
     force_n = None  # a force input reads zero on the nominal model
+    unexplained_n = None  # and the observer's feed-forward has nothing to answer
     if use_model and policy.force_dim:
-        # and on the learned model, the force an observer reads there at hover
-        def learned(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-            residual = model.residual_correction(state, action, z_model)
-            return compose(model.prior(state, action), residual, components)
-
-        observed_n = observed_hover_force_n(learned, model.prior, vehicle, len(z_model))
+        # and on the learned model, the force an observer reads there at hover: the policy
+        # reads its horizontal part, and only what the model's own force at hover leaves of
+        # it (the observer's clip) is fed forward, as in flight
+        observed_n = observed_model_force_n(model, z_model)
         force_n = torch.cat([torch.zeros(s, 3), observed_n])
-    condition = obs_builder.condition(z, force_n)
+        unexplained_n = force_n - torch.cat(
+            [torch.zeros(s, 3), model_hover_force_n(model, z_model)]
+        )
+    condition = obs_builder.condition(z, None if force_n is None else left_to_policy_n(force_n))
     for _ in range(ticks):
         obs = obs_builder.build(state, ref_state, ref_head, prev, condition)
         action = policy(obs)
         if n_prev:
             prev = torch.cat([obs_builder.normalise_action(action), prev[:, :-ACTION_DIM]], dim=1)
+        if unexplained_n is not None:
+            action = with_thrust_feedforward(action, unexplained_n, state[:, QUAT], vehicle)
         history.append(action)
         window = torch.stack(history[-lag - 1 :])  # (lag + 1, B, 4), newest last
         applied = window[lag - delay, rows]

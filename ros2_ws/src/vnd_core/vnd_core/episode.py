@@ -18,7 +18,7 @@ from vnd_core.plant import TruePlant
 from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import PolicyNet
 from vnd_core.scenario import Scenario
-from vnd_core.state import POS
+from vnd_core.state import POS, QUAT
 
 # latent_source(measured state (B, 13), previous command (B, 4)) -> z (B, nz), once per tick
 LatentSource = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -95,13 +95,15 @@ def run_episode(
             force_n = None
             if observer is not None:
                 observer.observe(measured[0].double().numpy())
-                force_n = torch.from_numpy(observer.force_n()).float()[None]
+                force_n = torch.from_numpy(observer.policy_force_n()).float()[None]
             condition = builder.condition(z, force_n)
             obs = builder.build_from(measured, trajectory, t_now, prev[:, :n_prev], condition)
             action = policy(obs)
             sent = action
             if observer is not None:  # the policy's history keeps what it asked for
-                compensated = observer.compensate(action[0].double().numpy())
+                compensated = observer.compensate(
+                    action[0].double().numpy(), measured[0, QUAT].double().numpy()
+                )
                 observer.command(compensated)
                 sent = torch.from_numpy(compensated).float()[None]
             state = plant.step(sent)

@@ -40,6 +40,18 @@ zero. The loop model is deliberately not the prior's single rate time constant: 
 misses the motors' and turns every manoeuvre into a transient offset, and compensating that
 noise costs tracking.
 
+:meth:`compensate` also answers the vertical component of the force no learned model explains
+(:meth:`unexplained_force_n`: the whole estimate without a model): it adds the thrust whose
+vertical share cancels it (:func:`thrust_feedforward_n`), the force half of the augmentation.
+A payload's weight or a weak rotor's lost lift is then held exactly, where a policy reading
+the force answers a weight beyond the forces it trained on short of fully and sags. A policy
+flown this way reads only the horizontal part of the estimate (:meth:`policy_force_n`), which
+it answers by tilting; the vertical force a learned model knows it answers through z, as it
+trained to. Fed forward, that force would have to be undone by the policy through z: the
+model's force at a level hover is a reference point off the attitudes a wind is flown at, and
+its vertical part there is not the vertical force the vehicle meets. Its training applies the
+same feed-forward to its actions (:func:`with_thrust_feedforward`).
+
 A command sent without a learned motion (its latent was not valid: a glitch of the encoder, a
 bundle swap's version mismatch) keeps the last motion for ``motion_hold_s``: the model under
 the last valid latent still predicts the vehicle better than the prior, and dropping it would
@@ -54,7 +66,6 @@ model is in use moves the reading at once.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,7 +73,8 @@ import numpy as np
 import torch
 
 from vnd_core.dynamics import NominalModel
-from vnd_core.state import OMEGA, RATES, VEL, hover_state
+from vnd_core.so3 import body_z_axis
+from vnd_core.state import OMEGA, RATES, THRUST, VEL, hover_state
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.features import RES_VEL
 
@@ -207,10 +219,18 @@ class ForceObserver:
         limit = self.config.rate_offset_limit_radps
         self.rate_offset_radps = offset * (limit / norm) if norm > limit else offset
 
-    def compensate(self, action: np.ndarray) -> np.ndarray:
-        """``action`` (4,) with the rate offset taken off its body rates (module docstring): the
-        command to send, in float64; thrust unchanged. Feed the result to :meth:`command`."""
+    def compensate(self, action: np.ndarray, quat: np.ndarray) -> np.ndarray:
+        """The command to send (4,), float64, for the policy's ``action`` (4,) at attitude
+        ``quat`` (4, w x y z, the state the policy read): its thrust plus the feed-forward of
+        the force no learned model explains (:meth:`unexplained_force_n`,
+        :func:`thrust_feedforward_n`) within the vehicle's thrust range, its body rates less
+        the rate offset (module docstring). Feed the result to :meth:`command`."""
         sent = np.array(action, dtype=np.float64)
+        force_n = torch.from_numpy(self.unexplained_force_n())
+        quat_t = torch.from_numpy(np.asarray(quat, dtype=np.float64))
+        feedforward_n = float(thrust_feedforward_n(force_n, quat_t)[0])
+        low, high = self.vehicle.thrust_min_n, self.vehicle.thrust_max_n
+        sent[THRUST] = np.clip(sent[THRUST] + feedforward_n, low, high)
         sent[RATES] -= self.rate_offset_radps
         return sent
 
@@ -258,6 +278,17 @@ class ForceObserver:
     def force_n(self) -> np.ndarray:
         """The estimated external force (3,) in newtons: nominal mass times the estimate."""
         return self.vehicle.mass_kg * self.estimate_mps2
+
+    def unexplained_force_n(self) -> np.ndarray:
+        """The part (3,) in newtons of :meth:`force_n` that no learned model explains: all of
+        it without a model, else the estimate less the model's force at hover under the latest
+        latent. Its vertical part is what :meth:`compensate` feeds forward."""
+        return self.force_n() - self.vehicle.mass_kg * self._known_mps2
+
+    def policy_force_n(self) -> np.ndarray:
+        """The force (3,) in newtons a policy flown with :meth:`compensate` reads: the
+        estimate's horizontal part (:func:`left_to_policy_n`)."""
+        return self.force_n() * np.array(HORIZONTAL)
 
 
 class RateLoopModel:
@@ -370,29 +401,57 @@ def clip_to_observer(force_n: torch.Tensor, limit_n: float) -> torch.Tensor:
     return force_n * (limit_n / norm).clamp(max=1.0)
 
 
+FEEDFORWARD_MIN_UPRIGHT = 0.5  # body z's vertical share below which the feed-forward stops growing
+
+
+def thrust_feedforward_n(force_n: torch.Tensor, quat: torch.Tensor) -> torch.Tensor:
+    """The collective thrust (..., 1) in newtons whose vertical component cancels the vertical
+    component of an external force ``force_n`` (..., 3, world frame) at attitude ``quat``
+    (..., 4): what :meth:`ForceObserver.compensate` adds to a command, and what a training
+    roll-out of a policy flown with that compensation adds to its actions. Only the vertical
+    part is fed forward: a payload's weight or a weak rotor's lost lift is answered exactly,
+    while a horizontal push stays the policy's to answer by tilting, as it trained to."""
+    upright = body_z_axis(quat)[..., 2:3].clamp_min(FEEDFORWARD_MIN_UPRIGHT)
+    return -force_n[..., 2:3] / upright
+
+
+HORIZONTAL = (1.0, 1.0, 0.0)  # the force components a feed-forward policy reads (world x, y)
+
+
+def left_to_policy_n(force_n: torch.Tensor) -> torch.Tensor:
+    """The part of external forces (..., 3) in newtons left for a policy flown with the thrust
+    feed-forward to answer, as it reads it: the horizontal part, vertical zeroed (the
+    feed-forward answers the vertical one, :func:`thrust_feedforward_n`)."""
+    return force_n * force_n.new_tensor(HORIZONTAL)
+
+
+def with_thrust_feedforward(
+    action: torch.Tensor, force_n: torch.Tensor, quat: torch.Tensor, vehicle: VehicleParams
+) -> torch.Tensor:
+    """``action`` (B, 4) with :func:`thrust_feedforward_n` of ``force_n`` (B, 3) at ``quat``
+    (B, 4) added to its thrust, within the vehicle's thrust range (the training side of
+    :meth:`ForceObserver.compensate`; the rate offset has no counterpart in training)."""
+    thrust = action[:, THRUST] + thrust_feedforward_n(force_n, quat)
+    thrust = thrust.clamp(vehicle.thrust_min_n, vehicle.thrust_max_n)
+    return torch.cat([thrust, action[:, RATES]], dim=1)
+
+
 @torch.no_grad()
-def hover_force_n(
-    dynamics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    prior: NominalModel,
-    vehicle: VehicleParams,
-    batch: int,
-) -> torch.Tensor:
-    """The force (B, 3) in newtons that ``dynamics(state, action)`` (a step of B environments,
-    e.g. prior ⊕ D(., ., z) bound to B latents) adds to ``prior`` at hover (level, at rest,
-    hover thrust): what an observer reads while the vehicle holds a hover under it."""
+def model_hover_force_n(model: VNDModel, z: torch.Tensor) -> torch.Tensor:
+    """The force (B, 3) in newtons the learned ``model`` adds at hover (level, at rest, hover
+    thrust) under latents ``z`` (B, nz), evaluated as the flight's observer evaluates it
+    (:class:`Motion`'s ``hover_accel_mps2``): the residual as the bundle stores it, without
+    the band of the replay that training holds the residual's inputs to. Once the encoder
+    recognises a condition the model knows, this is what the observer reads."""
+    batch = z.shape[0]
     state = hover_state((batch,))
-    action = torch.tensor([vehicle.hover_thrust_n, 0.0, 0.0, 0.0]).expand(batch, -1)
-    delta_v = dynamics(state, action)[:, VEL] - prior(state, action)[:, VEL]
-    return vehicle.mass_kg * delta_v / prior.config.dt_s
+    action = torch.tensor([model.vehicle.hover_thrust_n, 0.0, 0.0, 0.0]).expand(batch, -1)
+    dv = model.residual_correction(state, action, z)[:, RES_VEL]
+    return model.vehicle.mass_kg * dv / model.prior.config.dt_s
 
 
-def observed_hover_force_n(
-    dynamics: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    prior: NominalModel,
-    vehicle: VehicleParams,
-    batch: int,
-) -> torch.Tensor:
-    """What the observer reports (B, 3) at hover under ``dynamics``: :func:`hover_force_n`
-    clipped to the observer's limit (the force input a policy reads there)."""
-    force_n = hover_force_n(dynamics, prior, vehicle, batch)
-    return clip_to_observer(force_n, observer_limit_n(vehicle))
+def observed_model_force_n(model: VNDModel, z: torch.Tensor) -> torch.Tensor:
+    """What the observer reports (B, 3) at hover under ``model`` and latents ``z`` (B, nz):
+    :func:`model_hover_force_n` clipped to the observer's limit (the force a policy with a
+    force input flies with there)."""
+    return clip_to_observer(model_hover_force_n(model, z), observer_limit_n(model.vehicle))

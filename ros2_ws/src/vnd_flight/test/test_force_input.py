@@ -13,6 +13,7 @@ from vnd_core.force_observer import ObserverConfig
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.reference import ReferenceSpec
 from vnd_core.vehicle import load_vehicle
+from vnd_core.vnd.features import RES_POS, RES_VEL
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 from vnd_core.wire import Mode
 from vnd_flight.controller import LatentSample, PolicyController
@@ -75,7 +76,7 @@ def test_the_observed_force_reaches_the_policy(vehicle):
     record = fly_in_force(vehicle, controller, force_n, 100)  # 2 s: seven filter time constants
     assert controller.mode == Mode.POLICY
     np.testing.assert_allclose(controller.force_input.force_n(), force_n, atol=0.03)
-    # the tick record (vnd/force_input) carries what the policy read
+    # the tick record (vnd/force_input) carries the observer's estimate
     np.testing.assert_allclose(record.force_n, force_n, atol=0.03)
 
 
@@ -116,11 +117,14 @@ def test_a_bundle_without_a_force_input_drops_the_observer(vehicle):
 
 def model_force_bundle(vehicle) -> Bundle:
     """A force-input bundle with a learned model whose residual changes with the motion (random
-    output weights: what it predicts does not matter here, only that the observer uses it)."""
+    output weights: what it predicts does not matter here, only that the observer uses it).
+    Its vertical outputs stay zero: the thrust feed-forward would fly a random lift."""
     bundle = force_bundle(vehicle)
     model = VNDModel(vehicle, VNDModelConfig(latent_dim=bundle.policy.latent_dim))
     with torch.no_grad():
         model.residual.head[-1].weight.normal_(0.0, 1.0)
+        for vertical in (RES_POS.start + 2, RES_VEL.start + 2):
+            model.residual.head[-1].weight[vertical] = 0.0
     return Bundle(bundle.version, 0, bundle.policy, vehicle, model=model)
 
 
@@ -139,12 +143,13 @@ def test_with_a_learned_model_the_observer_predicts_its_motion_while_the_latent_
 
 def test_commands_go_out_rate_compensated_and_the_policy_keeps_its_own(vehicle):
     """While the observer runs, the command sent (the record, what the node publishes and the
-    replay logs) has the observer's rate offset taken off its body rates; the policy's history
-    keeps the command the safety filter passed. Under a fallback nothing is compensated."""
+    replay logs) has the observer's rate offset taken off its body rates and its vertical
+    force added to its thrust; the policy's history keeps the command the safety filter
+    passed. Under a fallback nothing is compensated."""
     controller = PolicyController.create(vehicle, SafetyConfig(), ReferenceSpec(kind="hover"))
     controller.force_input = ForceInput(vehicle, config=INSTANT)
     bundle = force_bundle(vehicle)
-    fly_in_force(vehicle, controller, [0.0, 0.0, 0.0], 20, bundle=bundle)
+    fly_in_force(vehicle, controller, [0.0, 0.0, -0.5], 20, bundle=bundle)  # a payload
     offset = np.array([0.3, -0.2, 0.1])
     controller.force_input.observer.rate_offset_radps = offset.copy()
     now = T0_NS + 21 * PERIOD_NS
@@ -152,7 +157,9 @@ def test_commands_go_out_rate_compensated_and_the_policy_keeps_its_own(vehicle):
     assert record.mode == Mode.POLICY
     kept = controller._runner.prev_actions[0]
     np.testing.assert_allclose(record.action[1:], kept[1:] - offset)
-    assert record.action[0] == kept[0]  # thrust is the force input's business
+    # level: the weight the observer reads goes out as thrust on top of the policy's
+    assert record.force_n is not None and record.force_n[2] < -0.2
+    assert record.action[0] == pytest.approx(kept[0] - record.force_n[2])
     controller.after_publish()
     # the observer was told the command sent: its history holds the compensated rates
     np.testing.assert_allclose(controller.force_input.observer._commands[0], record.action)
@@ -165,6 +172,9 @@ def test_a_fallback_command_goes_out_uncompensated(vehicle):
         force_input.record(Mode.POLICY, hover_state(1.0), True, command)
         force_input.update()
     force_input.observer.rate_offset_radps = np.array([0.5, 0.0, 0.0])
-    np.testing.assert_allclose(force_input.compensate(Mode.POLICY, command)[1:], [-0.4, 0, 0])
-    sent = force_input.compensate(Mode.FALLBACK_LAND, command)
+    level = hover_state(1.0)
+    np.testing.assert_allclose(
+        force_input.compensate(Mode.POLICY, command, level)[1:], [-0.4, 0, 0]
+    )
+    sent = force_input.compensate(Mode.FALLBACK_LAND, command, level)
     np.testing.assert_array_equal(sent, command)

@@ -99,8 +99,9 @@ class TickRecord:
     z_valid: bool  # z came from a matching, valid, fresh latent
     policy_version: int  # bundle version of the policy (0 = none)
     encoder_version: int  # version of the newest latent's encoder (0 = none received)
-    # (3,) external force the policy read, N, world ENU (zeros while the observer is not
-    # running); None: the policy has no force input
+    # (3,) external force the observer estimated, N, world ENU (zeros while it is not
+    # running): the policy read its horizontal part, the thrust feed-forward answered the
+    # vertical one; None: the policy has no force input
     force_n: np.ndarray | None = None
 
 
@@ -259,6 +260,7 @@ class PolicyController:
         z, z_valid = self._latent_for(now_ns, latent, version, nz)
         force_input = self._force_input_for(bundle)
         force_n = force_input.force_n() if force_input is not None else None
+        read_n = force_input.policy_force_n() if force_input is not None else None
         t_s = (input_ns - self._t0_ns) / NS_PER_S
         action, ref, scheduled = None, None, None
         if runner is not None:
@@ -274,7 +276,7 @@ class PolicyController:
                     time_constant_s=self.safety.config.rejoin_time_constant_s,
                 )
             try:
-                action = runner.act(state, t_s, z, force_n)
+                action = runner.act(state, t_s, z, read_n)
             except Exception:  # a broken policy must not stop the tick: the filter takes over
                 self.counters.count(POLICY_ERROR)
             ref, scheduled = runner.last_reference, runner.last_scheduled
@@ -287,7 +289,7 @@ class PolicyController:
             runner.remember(out.action, acted=action is not None)
         command = out.action
         if force_input is not None:
-            command = force_input.compensate(out.mode, out.action)
+            command = force_input.compensate(out.mode, out.action, state)
             motion = self._learned_motion.bind(z) if self._learned_motion and z_valid else None
             measured_state = np.asarray(measured, dtype=float)
             force_input.record(out.mode, measured_state, fresh, command, motion)
@@ -403,6 +405,6 @@ class PolicyController:
 
 
 def _read_force(force_n: np.ndarray | None) -> np.ndarray:
-    """The force (3,) a force-input policy read: the observer's, or zeros while it is not
+    """The observer's force (3,) of a force-input policy's tick, or zeros while it is not
     running (a copy: the observer's next update must not change the tick's record)."""
     return np.zeros(3) if force_n is None else np.array(force_n, dtype=float)

@@ -18,9 +18,11 @@ alone. A tick whose latent is not valid keeps the motion of the last valid one f
 observer's ``motion_hold_s`` (0.5 s), then hands over to the prior without a step in the
 force read.
 
-Such a policy's commands go out with the observer's body-rate compensation
-(:meth:`ForceInput.compensate`): the offset a torque leaves under the vehicle's rate loop is
-taken off the command's body rates, so the vehicle turns at the rates the policy asked for.
+Such a policy reads the horizontal part of the force, and its commands go out with the
+observer's compensation (:meth:`ForceInput.compensate`): the vertical part as thrust
+feed-forward (a payload's weight held exactly), and the offset a torque leaves under the
+vehicle's rate loop taken off the command's body rates, so the vehicle turns at the rates the
+policy asked for.
 The policy's own history and the safety filter keep the command as the filter passed it; the
 vehicle, the replay and the observer get the command sent. Compensation acts only while the
 observer runs (mode POLICY, in the air); a fallback's commands go out as its controller made
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import numpy as np
 from vnd_core.force_observer import ForceObserver, Motion, ObserverConfig
-from vnd_core.state import POS, RATES
+from vnd_core.state import POS, QUAT, RATES
 from vnd_core.vehicle import VehicleParams
 from vnd_core.wire import Mode
 
@@ -62,17 +64,23 @@ class ForceInput:
         self._pending: tuple[np.ndarray | None, np.ndarray, Motion | None] | None = None
 
     def force_n(self) -> np.ndarray | None:
-        """The force (3,) in newtons the policy reads now (None: the observer is not running,
-        the policy reads zero)."""
+        """The observer's force estimate (3,) in newtons now (None: the observer is not
+        running)."""
         return None if self.observer is None else self.observer.force_n()
 
-    def compensate(self, mode: Mode, command: np.ndarray) -> np.ndarray:
+    def policy_force_n(self) -> np.ndarray | None:
+        """The force (3,) in newtons the policy reads now: the part the thrust feed-forward
+        leaves it (None: the observer is not running, the policy reads zero)."""
+        return None if self.observer is None else self.observer.policy_force_n()
+
+    def compensate(self, mode: Mode, command: np.ndarray, state: np.ndarray) -> np.ndarray:
         """The command (4,) to send for ``command`` (4,) passed by the safety filter in
-        ``mode``: its body rates less the observer's rate offset, within the vehicle's rate
-        limits, while the observer runs in mode POLICY; else ``command`` itself."""
+        ``mode`` for the policy's ``state`` (13,): the observer's thrust feed-forward added
+        and its rate offset taken off, within the vehicle's limits, while the observer runs in
+        mode POLICY; else ``command`` itself."""
         if self.observer is None or mode != Mode.POLICY:
             return command
-        sent = self.observer.compensate(command)
+        sent = self.observer.compensate(command, np.asarray(state, dtype=np.float64)[QUAT])
         limit = np.asarray(self.vehicle.body_rate_max_radps, dtype=np.float64)
         sent[RATES] = np.clip(sent[RATES], -limit, limit)
         return sent

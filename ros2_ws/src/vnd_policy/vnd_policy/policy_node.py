@@ -22,7 +22,7 @@ Topics (relative, in the vehicle namespace; see docs/topics.md):
          vnd/checkpoint/command
     out  vnd/command (CtbrCommand, header.stamp = the odometry stamp), vnd/replay (one
          Transition per tick), vnd/force_input (geometry_msgs/Vector3Stamped per tick while a
-         bundle with a force input flies: the force the policy read), vnd/checkpoint/status,
+         bundle with a force input flies: the observer's force estimate), vnd/checkpoint/status,
          vnd/node_status (1 Hz)
 
 Odometry with NaN/inf or a stamp not newer than the last one is dropped and counted. Bundles
@@ -392,8 +392,9 @@ class PolicyNode(Node):
         return msg
 
     def force_input(self, force_n: np.ndarray, odom_stamp_ns: int) -> Any:
-        """The vnd/force_input message of one tick: the force ``force_n`` (3,) in newtons,
-        world frame, that the policy read."""
+        """The vnd/force_input message of one tick: the observer's force ``force_n`` (3,) in
+        newtons, world frame (the policy read its horizontal part, the thrust feed-forward
+        answered the vertical one)."""
         msg = self.Vector3Stamped()
         msg.vector.x, msg.vector.y, msg.vector.z = (float(f) for f in force_n)
         set_stamp(msg.header.stamp, odom_stamp_ns)

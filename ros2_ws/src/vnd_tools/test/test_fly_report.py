@@ -186,7 +186,7 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
         put("sim/truth", truth, stamp)
         tick = msg("vnd_msgs/msg/Transition")(reference=[0, 0, 1.0] + [0.0] * 6, z_valid=False)
         put("vnd/replay", stamped(tick, stamp), stamp)
-        # from 2 s on a 1 N push along x, of which the policy reads 0.9 N
+        # from 2 s on a 1 N push along x, of which the observer reads 0.9 N
         force = msg("geometry_msgs/msg/Vector3Stamped")()
         force.vector.x = 0.9 if t_s >= 2.0 else 0.0
         put("vnd/force_input", stamped(force, stamp), stamp)
@@ -258,7 +258,7 @@ def test_fly_reads_a_bag_into_the_same_report(tmp_path):
     assert pushed["read_n"] == pytest.approx(0.9) and pushed["true_n"] == pytest.approx(1.0)
     # the sim's sample is held until its next one, so the stamps line up without a lag
     assert pushed["rms_difference_n"] == pytest.approx(0.1, abs=0.01)
-    assert "force input, policy read / true" in table and "p1 0.90 / 1.00 N" in table
+    assert "force observer, estimate / true" in table and "p1 0.90 / 1.00 N" in table
 
 
 def test_fly_splits_latency_by_host_steal_and_prints_it(tmp_path):

@@ -36,7 +36,7 @@ Definitions (also written into report.md):
   one (the policy's missed-tick rule; watchdog ticks count) is put against them, with the
   time each CPU lost inside its gap and the longest odometry gap around it.
 - Force input (``force_input``, bundles whose policy reads a force observer): per phase, the
-  mean magnitude of the force the policy read (vnd/force_input), of the simulator's true
+  mean magnitude of the force the observer estimated (vnd/force_input), of the simulator's true
   external force at the same stamps (sim/disturbance, held from its last sample), and the RMS
   of their vector difference. The observer measures what the prior does not explain, so
   unmodelled vehicle effects (motor lag, drag in calm air) count as difference too.

@@ -71,7 +71,7 @@ def summary_table(data: dict[str, Any]) -> str:
             for f in forces
             if f["samples"]
         )
-        lines.append(f"force input, policy read / true, mean magnitude: {per_phase}")
+        lines.append(f"force observer, estimate / true, mean magnitude: {per_phase}")
     updates = data["model_updates"]
     pushes = ", ".join(
         f"v{u['version']}{' (policy)' if u.get('kind') == 'policy' else ''} decided "
@@ -241,7 +241,13 @@ def _plot_error(ax: Axes, report: FlightReport, colours: dict[str, Any]) -> None
         )
     forces = [
         (report.disturbance_t_s, report.disturbance_n, "-", "C0", "|disturbance force|"),
-        (report.force_input_t_s, report.force_input_n, "--", "C1", "|force the policy read|"),
+        (
+            report.force_input_t_s,
+            report.force_input_n,
+            "--",
+            "C1",
+            "|force the observer estimated|",
+        ),
     ]
     shown = [force for force in forces if len(force[0])]
     twin = ax.twinx() if shown else None

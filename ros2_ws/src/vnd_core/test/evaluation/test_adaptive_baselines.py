@@ -34,7 +34,7 @@ from vnd_core.evaluation.suite import EvalConfig, prepare_methods
 from vnd_core.force_observer import ForceObserver, ObserverConfig
 from vnd_core.learner import LearnerConfig
 from vnd_core.plant import TruePlant
-from vnd_core.policy import PolicyNet, PolicyRunner
+from vnd_core.policy import PolicyConfig, PolicyNet, PolicyRunner
 from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import Scenario, load_scenario
 from vnd_core.state import VEL, hover_state
@@ -152,6 +152,44 @@ def test_vnd_observer_starts_from_dobs_policy_reading_the_force_as_its_force_inp
 
 
 # ---- dob -------------------------------------------------------------------------------------
+def test_dob_trains_with_the_thrust_feedforward_reading_the_horizontal_force():
+    """dob flies with the observer's thrust feed-forward, so its training does too: a payload's
+    weight on a level vehicle at hover thrust moves it no more than the prior does, a push
+    does, and the policy reads the push but not the weight (else it answers it twice)."""
+    policy = PolicyNet(VEHICLE, PolicyConfig(latent_dim=DISTURBANCE_DIM))
+    config = TrainerConfig(num_envs=4, horizon_ticks=2, iterations=1)
+    dob = RandomisationConfig.observer_feedforward()
+    trainer = randomised_trainer(policy, VEHICLE, config, dob, sees_disturbance=True)
+    z = torch.zeros(1, DISTURBANCE_DIM)
+    z[0, :3] = torch.tensor([0.6, 0.0, -1.5]) / FORCE_SCALE_N
+    hover = torch.tensor([[VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]])
+    at_rest = hover_state((1,))
+    force_n = (
+        VEHICLE.mass_kg
+        * (trainer.dynamics(at_rest, hover, z) - NominalModel(VEHICLE)(at_rest, hover))[0, VEL]
+        / 0.02
+    )
+    np.testing.assert_allclose(force_n.numpy(), [0.6, 0.0, 0.0], atol=1e-3)
+    seen = trainer.builder.seen_condition(z)
+    torch.testing.assert_close(seen[0, :3], torch.tensor([0.6, 0.0, 0.0]) / FORCE_SCALE_N)
+    torch.testing.assert_close(seen[0, 3:], z[0, 3:])
+    blind = randomised_trainer(
+        PolicyNet(VEHICLE),
+        VEHICLE,
+        config,
+        RandomisationConfig.mismatched(),
+        sees_disturbance=False,
+    )
+    weight_n = (
+        VEHICLE.mass_kg
+        * (blind.dynamics(at_rest, hover, z) - NominalModel(VEHICLE)(at_rest, hover))[0, VEL]
+        / 0.02
+    )
+    assert float(weight_n[2]) == pytest.approx(-1.5, abs=1e-3)  # dr_mismatched has no feed-forward
+    with pytest.raises(ValueError, match="thrust_feedforward"):
+        dataclasses.replace(dob, family="plant_drag").validate()
+
+
 def test_observer_converges_to_a_constant_external_force_on_the_prior_plant(tracking_controller):
     """The prior plus a constant world force, commands applied as sent: the estimate settles
     on force / mass within 3 %."""
@@ -170,7 +208,9 @@ def test_observer_converges_to_a_constant_external_force_on_the_prior_plant(trac
         state = plant(state, action, z)
     expected = (force_n / VEHICLE.mass_kg).numpy()
     assert np.allclose(observer.estimate_mps2, expected, rtol=0.03, atol=0.02)
-    assert np.allclose(force_latent(observer)[:3], force_n.numpy(), rtol=0.03, atol=0.02)
+    # dob reads the horizontal part; the vertical one goes out as the thrust feed-forward
+    horizontal = force_n.numpy() * np.array([1.0, 1.0, 0.0])
+    assert np.allclose(force_latent(observer)[:3], horizontal, rtol=0.03, atol=0.02)
 
 
 def test_observer_finds_the_wind_force_on_the_true_plant(base_bundle):

@@ -7,7 +7,11 @@ import copy
 
 import pytest
 import torch
-from vnd_core.force_observer import observer_limit_n
+from vnd_core.force_observer import (
+    clip_to_observer,
+    observer_limit_n,
+    with_thrust_feedforward,
+)
 from vnd_core.learner.novelty import focus_weights
 from vnd_core.learner.policy_update import (
     ForceTraining,
@@ -22,7 +26,8 @@ from vnd_core.learner.policy_update import (
     with_force,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
-from vnd_core.state import hover_state
+from vnd_core.so3 import body_z_axis
+from vnd_core.state import QUAT, hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.components import DEFAULT_COMPONENTS
@@ -198,7 +203,7 @@ def test_force_input_reads_the_models_force_plus_the_external_one_the_dynamics_a
     accel = torch.tensor([0.8, -0.4, 0.2])
     model = constant_force_model(accel)
     dynamics = anchored_dynamics(model, trust_region=HOVER)
-    hover = HoverForce(dynamics, model.prior, VEHICLE)
+    hover = HoverForce(model)
     z = torch.randn(64, model.latent_dim, generator=torch.Generator().manual_seed(0))
     sample = with_force(lambda b, g: z[:b], ForceTraining(fraction=0.5), hover)
     condition = sample(64, torch.Generator().manual_seed(1))
@@ -209,13 +214,21 @@ def test_force_input_reads_the_models_force_plus_the_external_one_the_dynamics_a
     assert external.norm(dim=1).max() <= ForceTraining().max_n + 4 * ForceTraining().vertical_std_n
     torch.testing.assert_close(condition[:, 3:], z)
     state, action = near_hover(64)
+    limit_n = observer_limit_n(VEHICLE)
+    unexplained_n = clip_to_observer(condition[:, :3], limit_n) - model_force
+    sent = with_thrust_feedforward(action, unexplained_n, state[:, QUAT], VEHICLE)
     with torch.no_grad():
-        got = forced_dynamics(dynamics, hover)(state, action, condition)
-        plain = dynamics(state, action, z)
+        got = forced_dynamics(dynamics, hover, limit_n)(state, action, condition)
+        plain = dynamics(state, sent, z)
     dt_s = model.prior.config.dt_s
     torch.testing.assert_close(
         (got - plain)[:, 7:10], dt_s * external / VEHICLE.mass_kg, atol=1e-5, rtol=1e-4
     )
+    # the actions reach the vehicle as flight sends them: thrust plus the vertical part of the
+    # force the model does not explain, answered along the tilted body z; rates as commanded
+    upright = body_z_axis(state[:, QUAT])[:, 2]
+    torch.testing.assert_close(sent[:, 0], action[:, 0] - unexplained_n[:, 2] / upright)
+    torch.testing.assert_close(sent[:, 1:], action[:, 1:])
 
 
 def test_a_force_policy_reads_the_force_as_its_observer_reports_it_clipped():
@@ -249,19 +262,64 @@ def test_a_force_policy_reads_the_force_as_its_observer_reports_it_clipped():
     prev = torch.zeros(16, trainer.n_prev_cols)
     obs = trainer.builder.build(state, ref_state, ref_head, prev, condition)
     read = obs[:, -policy.condition_dim : -policy.latent_dim]
-    torch.testing.assert_close(read.norm(dim=1), torch.full((16,), limit_n))
-    torch.testing.assert_close(
-        read / read.norm(dim=1, keepdim=True), condition[:, :3] / full[:, None]
-    )
+    clipped = condition[:, :3] * (limit_n / full[:, None])  # the direction kept, at the clip
+    torch.testing.assert_close(read[:, :2], clipped[:, :2])
+    torch.testing.assert_close(read[:, 2], torch.zeros(16))  # the feed-forward's share
     torch.testing.assert_close(obs[:, -policy.latent_dim :], condition[:, 3:])
-    # the roll-out applies the model's whole force: the trainer's dynamics are not clipped
+    # the roll-out applies the model's whole force (the trainer's dynamics are not clipped),
     step = trainer.dynamics.bind_latent(condition)
     with torch.no_grad():
         hover = hover_state((16,))
         action = torch.tensor([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]).expand(16, -1)
         dv = step(hover, action)[:, 7:10] - model.prior(hover, action)[:, 7:10]
     dt_s = model.prior.config.dt_s
-    torch.testing.assert_close(dv * VEHICLE.mass_kg / dt_s, condition[:, :3], atol=1e-3, rtol=1e-3)
+    # the whole force, less the vertical part of the clipped reading the feed-forward answers
+    expected_n = condition[:, :3] - torch.nn.functional.pad(clipped[:, 2:], (2, 0))
+    torch.testing.assert_close(dv * VEHICLE.mass_kg / dt_s, expected_n, atol=1e-3, rtol=1e-3)
+
+
+def test_a_force_policy_reads_the_horizontal_force_and_the_model_keeps_its_weight():
+    """The policy reads only the horizontal part of the force. Of the vertical part, what the
+    model explains (a payload's weight it learned) stays in the roll-out for the policy to
+    answer through z, as it must in flight; an external vertical force the model does not
+    explain is answered by the observer's thrust feed-forward, so at a level hover at hover
+    thrust it moves nothing."""
+    accel = torch.tensor([1.0, 0.0, -2.5])  # a push and a payload's weight, within the clip
+    model = constant_force_model(accel)
+    policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
+    config = TrainerConfig(num_envs=16, horizon_ticks=8, episode_ticks=40, iterations=1)
+    trainer = on_model_trainer(
+        policy,
+        model,
+        VEHICLE,
+        config,
+        anchor_fraction=0.0,
+        residual_bound=None,
+        latent_pool=None,
+        pool_fraction=0.0,
+        pool_weights=None,
+        components=DEFAULT_COMPONENTS,
+        trust_region=HOVER,
+    )
+    condition = trainer.env.z
+    model_n = VEHICLE.mass_kg * accel
+    external_vertical = condition[:, 2] - model_n[2]
+    assert external_vertical.abs().max() > 0.1  # some episodes carry a vertical push too
+    state = trainer.env.state
+    ref_state, ref_head = torch.zeros_like(state), torch.zeros(16, trainer.builder.head_dim)
+    prev = torch.zeros(16, trainer.n_prev_cols)
+    obs = trainer.builder.build(state, ref_state, ref_head, prev, condition)
+    read = obs[:, -policy.condition_dim : -policy.latent_dim]
+    torch.testing.assert_close(read[:, :2], condition[:, :2])
+    torch.testing.assert_close(read[:, 2], torch.zeros(16))
+    step = trainer.dynamics.bind_latent(condition)
+    with torch.no_grad():
+        hover = hover_state((16,))
+        action = torch.tensor([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]).expand(16, -1)
+        dv = step(hover, action)[:, 7:10] - model.prior(hover, action)[:, 7:10]
+    force_n = dv * VEHICLE.mass_kg / model.prior.config.dt_s
+    torch.testing.assert_close(force_n[:, :2], condition[:, :2], atol=1e-3, rtol=1e-3)
+    torch.testing.assert_close(force_n[:, 2], model_n[2].expand(16), atol=1e-3, rtol=1e-3)
 
 
 def test_a_force_policy_trains_on_the_condition_with_its_force():

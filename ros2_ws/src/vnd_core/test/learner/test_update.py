@@ -24,6 +24,7 @@ from vnd_core.learner.validation import (
     make_eval_set,
     non_finite_tensor,
     observed_force_regression,
+    observer_reading,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.reference import ReferenceSpec, Trajectory
@@ -454,6 +455,8 @@ def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
         calm=torch.ones(rollouts, dtype=torch.bool),
         mean_error=torch.zeros(rollouts, 12),
         holds=torch.zeros(rollouts, dtype=torch.bool),
+        model_residual=torch.zeros(rollouts, 12),
+        active_residual=None,
     )
     config = ValidationConfig(eval_ticks=100)
     reason, figures = calm_tracking_regression(candidate, active, VEHICLE, eval_set, config, 2)
@@ -494,6 +497,8 @@ def test_observed_force_gate_flies_the_windows_force_and_rejects_worse_station_k
         calm=torch.zeros(rollouts, dtype=torch.bool),
         mean_error=mean_error,
         holds=torch.ones(rollouts, dtype=torch.bool),
+        model_residual=torch.zeros(rollouts, 12),
+        active_residual=None,
     )
     still = dataclasses.replace(pushed, mean_error=torch.zeros(rollouts, 12))
     config = ValidationConfig(eval_ticks=100)
@@ -511,6 +516,52 @@ def test_observed_force_gate_flies_the_windows_force_and_rejects_worse_station_k
     assert reason is not None and "station keeping on the prior" in reason, figures
     none_held = dataclasses.replace(pushed, holds=torch.zeros(rollouts, dtype=torch.bool))
     assert observed_force_regression(candidate, active, VEHICLE, none_held, config, 2)[0] is None
+
+
+def test_the_observed_force_gate_reads_what_the_bundles_own_observer_reads():
+    """In flight an observer with a model reads the model's force at hover plus what the model
+    misses in the window; gate 5b flies each policy with that reading. A model fitted on a
+    wind flown at one tilt can put the wind's force at a level hover off the measured one: the
+    observer reads the model's figure then, not the measured force."""
+    rollouts = 3
+    measured_n = torch.tensor([1.4, 0.0, 0.0])
+    mean_error = torch.zeros(rollouts, 12)
+    mean_error[:, RES_VEL] = PERIOD_S * measured_n / VEHICLE.mass_kg
+    at_hover_n = torch.tensor([1.3, 0.0, 0.28])  # where the model puts the force at hover
+    model = VNDModel(VEHICLE, VNDModelConfig())
+    value = torch.zeros(12)
+    value[RES_VEL] = PERIOD_S * at_hover_n / VEHICLE.mass_kg
+    with torch.no_grad():
+        model.residual.set_constant(value)
+    z = torch.zeros(rollouts, model.latent_dim)
+    fits = torch.zeros(rollouts, 12)
+    fits[:, RES_VEL] = mean_error[:, RES_VEL]  # the model explains the window exactly
+    eval_set = EvalSet(
+        z_model=z,
+        z_active=z,
+        trajectory=Trajectory.from_spec(ReferenceSpec(kind="hover"), rollouts),
+        initial=hover_state((rollouts,)),
+        calm=torch.zeros(rollouts, dtype=torch.bool),
+        mean_error=mean_error,
+        holds=torch.ones(rollouts, dtype=torch.bool),
+        model_residual=fits,
+        active_residual=None,
+    )
+    without, none_known = observer_reading(VEHICLE, PERIOD_S, eval_set, None, z, None)
+    torch.testing.assert_close(without, measured_n.expand(rollouts, 3))
+    assert none_known is None
+    read_n, known_n = observer_reading(VEHICLE, PERIOD_S, eval_set, model, z, fits)
+    torch.testing.assert_close(known_n, at_hover_n.expand(rollouts, 3), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(read_n, at_hover_n.expand(rollouts, 3), atol=1e-4, rtol=1e-4)
+    misses = fits.clone()
+    misses[:, RES_VEL.start + 2] -= PERIOD_S * 0.5 / VEHICLE.mass_kg  # 0.5 N up unexplained
+    read_n, _ = observer_reading(VEHICLE, PERIOD_S, eval_set, model, z, misses)
+    torch.testing.assert_close(
+        read_n,
+        (at_hover_n + torch.tensor([0.0, 0.0, 0.5])).expand(rollouts, 3),
+        atol=1e-4,
+        rtol=1e-4,
+    )
 
 
 def test_eval_set_marks_the_windows_where_the_prior_was_right_as_calm():

@@ -35,6 +35,7 @@ import torch
 
 from vnd_core.bundle import Bundle
 from vnd_core.dynamics import NominalModel, constant_accel_delta
+from vnd_core.force_observer import left_to_policy_n, with_thrust_feedforward
 from vnd_core.plant_parts import ROTOR_COUNT, allocation_matrix
 from vnd_core.policy import ObservationBuilder, PolicyNet
 from vnd_core.scenario import (
@@ -75,6 +76,8 @@ class RandomisationConfig:
     family: str = FAMILY_PLANT_DRAG  # disturbance model: plant_drag or external_force
     force_max_n: float = 1.0  # external_force: horizontal force magnitude, uniform in [0, this]
     force_vertical_std_n: float = 0.1  # external_force: vertical force, normal
+    # external_force: the policy flies with the observer's thrust feed-forward of the force
+    thrust_feedforward: bool = False
 
     def validate(self) -> None:
         """Raise ValueError naming the first impossible field."""
@@ -87,6 +90,8 @@ class RandomisationConfig:
             raise ValueError("the external_force family has no rotor damage")
         if not self.force_max_n >= 0 or not self.force_vertical_std_n >= 0:
             raise ValueError("force_max_n and force_vertical_std_n must be >= 0")
+        if self.thrust_feedforward and self.family != FAMILY_EXTERNAL_FORCE:
+            raise ValueError("thrust_feedforward needs the external_force family")
 
     @classmethod
     def domain_randomisation(cls) -> RandomisationConfig:
@@ -108,12 +113,14 @@ class RandomisationConfig:
     def observer_feedforward(cls) -> RandomisationConfig:
         """External force up to 1.5 N horizontally (a fifth of the agile vehicle's weight),
         vertical 0.5 N std, no mass change (the observer lumps a payload into the force): the
-        range of force inputs the dob policy learns to answer."""
+        range of force inputs the dob policy learns to answer. It flies with the observer's
+        thrust feed-forward, so the force's component along body z is answered for it."""
         return cls(
             family=FAMILY_EXTERNAL_FORCE,
             mass_fraction_range=(0.0, 0.0),
             force_max_n=1.5,
             force_vertical_std_n=0.5,
+            thrust_feedforward=True,
         )
 
     @classmethod
@@ -227,18 +234,26 @@ class ExternalForcePrior:
     :data:`FORCE_SCALE_N`, slot 3 the extra mass fraction in units of
     ``DISTURBANCE_SCALE[3]``, the rest unused. The force does not depend on the vehicle's
     velocity or attitude (no air-relative drag), unlike :class:`DisturbedPrior`'s wind.
+
+    With ``thrust_feedforward`` the policy's actions reach the vehicle with the force
+    observer's thrust feed-forward of the force
+    (:func:`~vnd_core.force_observer.with_thrust_feedforward`), as the dob baseline flies them.
     """
 
-    def __init__(self, vehicle: VehicleParams) -> None:
+    def __init__(self, vehicle: VehicleParams, thrust_feedforward: bool = False) -> None:
         self.vehicle = vehicle
         self.prior = NominalModel(vehicle)
         self.dt_s = self.prior.config.dt_s
+        self.thrust_feedforward = thrust_feedforward
 
     def __call__(self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """Next state (B, 13) of ``state`` (B, 13) under ``action`` (B, 4) and disturbance z."""
+        force_n = z[:, FORCE] * FORCE_SCALE_N
+        if self.thrust_feedforward:
+            action = with_thrust_feedforward(action, force_n, state[:, QUAT], self.vehicle)
         mass_ratio = 1.0 + z[:, MASS : MASS + 1] * DISTURBANCE_SCALE[MASS]
         nxt = self.prior(state, torch.cat([action[:, :1] / mass_ratio, action[:, 1:]], dim=1))
-        accel = z[:, FORCE] * FORCE_SCALE_N / (self.vehicle.mass_kg * mass_ratio)
+        accel = force_n / (self.vehicle.mass_kg * mass_ratio)
         return nxt + constant_accel_delta(accel, self.dt_s)
 
 
@@ -248,7 +263,7 @@ def disturbance_dynamics(
     """The training dynamics of ``config.family``."""
     config.validate()
     if config.family == FAMILY_EXTERNAL_FORCE:
-        return ExternalForcePrior(vehicle)
+        return ExternalForcePrior(vehicle, config.thrust_feedforward)
     return DisturbedPrior(vehicle)
 
 
@@ -263,6 +278,21 @@ class BlindLatentObservation(ObservationBuilder):
     def seen_condition(self, condition: torch.Tensor) -> torch.Tensor:
         """Zeros in place of the condition (B, 8)."""
         return torch.zeros_like(condition)
+
+
+class FeedforwardForceObservation(ObservationBuilder):
+    """An :class:`ObservationBuilder` that shows the policy only the force a thrust
+    feed-forward leaves it (:func:`~vnd_core.force_observer.left_to_policy_n`, z slots 0-2),
+    as the dob baseline reads its observer in flight."""
+
+    def __init__(self, builder: ObservationBuilder) -> None:
+        # the wrapped builder's scales, layout and maps as they are: only the condition differs
+        self.__dict__.update(vars(builder))
+
+    def seen_condition(self, condition: torch.Tensor) -> torch.Tensor:
+        """The condition (B, 8) with its force slots reduced to what the policy answers."""
+        force = left_to_policy_n(condition[:, FORCE] * FORCE_SCALE_N) / FORCE_SCALE_N
+        return torch.cat([force, condition[:, FORCE.stop :]], dim=1)
 
 
 def randomised_trainer(
@@ -288,6 +318,8 @@ def randomised_trainer(
     trainer = PolicyTrainer(policy, dynamics, vehicle, trainer_config, sampler)
     if not sees_disturbance:
         trainer.builder = BlindLatentObservation(trainer.builder)
+    elif randomisation.thrust_feedforward:
+        trainer.builder = FeedforwardForceObservation(trainer.builder)
     return trainer
 
 

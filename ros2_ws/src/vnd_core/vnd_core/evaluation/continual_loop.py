@@ -43,7 +43,7 @@ from vnd_core.plant import TruePlant
 from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import PolicyRunner
 from vnd_core.scenario import Phase, Scenario
-from vnd_core.state import POS
+from vnd_core.state import POS, QUAT
 
 LATENT_NONE, LATENT_ENCODER, LATENT_ORACLE = "none", "encoder", "oracle"
 # online: the method's own per-run estimator (Method.latent_source) gives z every tick from the
@@ -400,7 +400,7 @@ class _Flight:
         z, force_n = None, None
         if self.observer is not None:
             self.observer.observe(measured)
-            force_n = self.observer.force_n()
+            force_n = self.observer.policy_force_n()
         if self.method.latent_mode == LATENT_ENCODER:
             self.estimator.add_odometry(stamp_ns, measured)
             z = self.estimator.latent() if self.bundle.model is not None else None
@@ -412,7 +412,7 @@ class _Flight:
         self.z = z
         action = self.runner.act(measured, t_s, z, force_n)
         if self.compensator is not None:  # the policy's history keeps what it asked for
-            action = self.compensator.compensate(action)
+            action = self.compensator.compensate(action, measured[QUAT])
         return action, z is not None
 
     def after_command(self, stamp_ns: int, action: np.ndarray) -> None:

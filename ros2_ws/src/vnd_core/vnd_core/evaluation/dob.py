@@ -15,9 +15,11 @@ a practitioner starts from the most robust policy at hand) in the external-force
 (:class:`~vnd_core.evaluation.baselines.ExternalForcePrior`,
 :meth:`RandomisationConfig.observer_feedforward`) with the true episode force as its z
 (slots 0-2, newtons / ``FORCE_SCALE_N``); in flight the observer's estimate times the nominal
-mass takes that place. The commands go out with the observer's body-rate compensation
-(:meth:`~vnd_core.force_observer.ForceObserver.compensate`), which cancels the offset a torque
-leaves under the vehicle's rate loop. Nothing is learned in flight.
+mass takes that place. The commands go out with the observer's compensation
+(:meth:`~vnd_core.force_observer.ForceObserver.compensate`): the vertical force as thrust
+feed-forward, and the body-rate offset a torque leaves under the vehicle's rate loop taken off.
+The policy therefore reads and trains on the horizontal force only
+(``RandomisationConfig.thrust_feedforward``). Nothing is learned in flight.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ from vnd_core.vehicle import VehicleParams
 
 
 def force_latent(observer: ForceObserver) -> np.ndarray:
-    """The dob policy's z (8,): the observer's force in units of ``FORCE_SCALE_N`` in slots
-    0-2, zeros elsewhere."""
+    """The dob policy's z (8,): the observer's force as the policy reads it
+    (:meth:`~vnd_core.force_observer.ForceObserver.policy_force_n`, its horizontal part) in
+    units of ``FORCE_SCALE_N`` in slots 0-2, zeros elsewhere."""
     z = np.zeros(DISTURBANCE_DIM, dtype=np.float32)
-    z[FORCE] = observer.force_n() / FORCE_SCALE_N
+    z[FORCE] = observer.policy_force_n() / FORCE_SCALE_N
     return z
 
 

@@ -17,7 +17,7 @@ import torch
 
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError
-from vnd_core.force_observer import observed_hover_force_n
+from vnd_core.force_observer import model_hover_force_n, observed_model_force_n
 from vnd_core.learner.validation import (
     ValidationConfig,
     action_limit_violation,
@@ -109,19 +109,25 @@ def run_gates(
     delay = model.config.action_delay_ticks or v.delay_ticks
 
     # what a force observer reads under the conditions the rollouts fly (policies with a force
-    # input read it, whichever latent they read; the others never do)
-    observed_n = None
+    # input read it, whichever latent they read; the others never do); the model there
+    # explains all of it, so nothing is fed forward
+    observed_n, known_n = None, None
     if policy.force_dim or active.policy.force_dim:
-        observed_n = observed_hover_force_n(
-            lambda s, a: dynamics(s, a, eval_set.z_model),
-            model.prior,
-            vehicle,
-            len(eval_set.z_model),
-        )
+        observed_n = observed_model_force_n(model, eval_set.z_model)
+        known_n = model_hover_force_n(model, eval_set.z_model)
 
     def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
         errors = rollout_errors(
-            p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay, observed_n
+            p,
+            z,
+            dynamics,
+            eval_set,
+            v.eval_ticks,
+            v.crash_distance_m,
+            dt_s,
+            delay,
+            observed_n,
+            known_n,
         )
         return float(errors.mean())
 
@@ -142,7 +148,7 @@ def run_gates(
         return reason, checks
     if policy.force_dim and active.policy.force_dim:
         reason, checks["observed_force_cost_m"] = observed_force_regression(
-            policy, active.policy, vehicle, eval_set, v, delay
+            policy, active.policy, vehicle, eval_set, v, delay, (model, active.model)
         )
         if reason:
             return reason, checks

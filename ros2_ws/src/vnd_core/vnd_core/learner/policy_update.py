@@ -29,7 +29,10 @@ Its training shows it the force an observer would read (:func:`with_force`): the
 force at hover under the episode's z, plus, in a share of the episodes, a constant world-frame
 force the dynamics add to prior ⊕ D(., ., z) (:class:`ForceTraining`). So the policy keeps
 answering what the model has not learned yet (a new condition before its first update, a wind
-stronger than any it has seen), and z tells it what the model knows of the condition.
+stronger than any it has seen), and z tells it what the model knows of the condition. As in
+flight, it reads the horizontal part of that force, and its actions reach the roll-out with the
+observer's thrust feed-forward of the vertical force the model does not explain
+(:func:`forced_dynamics`).
 """
 
 from __future__ import annotations
@@ -41,9 +44,16 @@ from dataclasses import dataclass
 
 import torch
 
-from vnd_core.dynamics import NominalModel, constant_accel_delta
-from vnd_core.force_observer import clip_to_observer, hover_force_n, observer_limit_n
+from vnd_core.dynamics import constant_accel_delta
+from vnd_core.force_observer import (
+    clip_to_observer,
+    left_to_policy_n,
+    model_hover_force_n,
+    observer_limit_n,
+    with_thrust_feedforward,
+)
 from vnd_core.policy import ObservationBuilder, PolicyNet
+from vnd_core.state import QUAT
 from vnd_core.trainer import PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
@@ -134,9 +144,9 @@ def on_model_trainer(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
     if policy.force_dim:
-        hover = HoverForce(dynamics, model.prior, vehicle)
+        hover = HoverForce(model)
         sampler = with_force(sampler, FORCE_TRAINING, hover)
-        dynamics = forced_dynamics(dynamics, hover)
+        dynamics = forced_dynamics(dynamics, hover, observer_limit_n(vehicle))
     trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
     if policy.force_dim:
         trainer.builder = ObservedForceInput(trainer.builder, observer_limit_n(vehicle))
@@ -157,21 +167,23 @@ FORCE_TRAINING = ForceTraining()
 
 
 class HoverForce:
-    """The force (B, 3) in newtons that ``dynamics`` adds to ``prior`` at hover under latents
-    z (B, nz) (:func:`~vnd_core.force_observer.hover_force_n`): what a force observer reads
-    while the vehicle holds a hover in the condition z describes."""
+    """The force (B, 3) in newtons the learned model adds at hover under latents z (B, nz), as
+    the flight's observer reads it once the encoder recognises the condition
+    (:func:`~vnd_core.force_observer.model_hover_force_n`: the residual as the bundle stores
+    it, not held to the replay's band as the roll-outs hold it, which at a level hover off the
+    replay's attitudes reads differently); zero for the anchors (z = 0), which fly the bare
+    prior."""
 
-    def __init__(
-        self, dynamics: LatentBoundDynamics, prior: NominalModel, vehicle: VehicleParams
-    ) -> None:
-        self.dynamics = dynamics
-        self.prior = prior  # the one ``dynamics`` corrects
-        self.vehicle = vehicle
+    def __init__(self, model: VNDModel) -> None:
+        self.model = model
+        self.vehicle = model.vehicle
+        self.dt_s = model.prior.config.dt_s
 
-    def __call__(self, z: torch.Tensor, step: Step | None = None) -> torch.Tensor:
-        """The force under ``z`` (B, nz); ``step``: the dynamics already bound to ``z``."""
-        step = step or self.dynamics.bind_latent(z)
-        return hover_force_n(step, self.prior, self.vehicle, z.shape[0])
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:
+        """The force under ``z`` (B, nz)."""
+        anchored = (z == 0).all(dim=-1, keepdim=True)
+        force_n = model_hover_force_n(self.model, z)
+        return torch.where(anchored, torch.zeros_like(force_n), force_n)
 
 
 def with_force(sampler: ZSampler, forces: ForceTraining, hover: HoverForce) -> ZSampler:
@@ -198,7 +210,9 @@ class ObservedForceInput(ObservationBuilder):
     """The training observation of a policy with a force input: its force columns as the
     flight's observer reports them, clipped to ``limit_n`` (:func:`clip_to_observer`), while
     the roll-out applies the whole force. A policy that trained on forces the observer never
-    reports would read a clipped force in flight as a weaker push than the one it meets."""
+    reports would read a clipped force in flight as a weaker push than the one it meets. Of
+    that reading the policy sees the part the thrust feed-forward leaves it
+    (:func:`~vnd_core.force_observer.left_to_policy_n`), as in flight."""
 
     def __init__(self, builder: ObservationBuilder, limit_n: float) -> None:
         # the wrapped builder's scales, layout and maps as they are: only the condition differs
@@ -206,25 +220,35 @@ class ObservedForceInput(ObservationBuilder):
         self.limit_n = limit_n
 
     def seen_condition(self, condition: torch.Tensor) -> torch.Tensor:
-        """The condition (B, 3 + nz) with its force clipped."""
+        """The condition (B, 3 + nz) with its force clipped, the part left to the policy."""
         force = condition[:, : self.config.force_dim]
-        clipped = clip_to_observer(force, self.limit_n)
-        return torch.cat([clipped, condition[:, force.shape[1] :]], dim=1)
+        read = left_to_policy_n(clip_to_observer(force, self.limit_n))
+        return torch.cat([read, condition[:, force.shape[1] :]], dim=1)
 
 
-def forced_dynamics(dynamics: LatentBoundDynamics, hover: HoverForce) -> LatentBoundDynamics:
+def forced_dynamics(
+    dynamics: LatentBoundDynamics, hover: HoverForce, limit_n: float
+) -> LatentBoundDynamics:
     """``dynamics`` under a condition (B, 3 + nz) of :func:`with_force`: the z part drives
-    ``dynamics``, and the force input minus the residual's own force at hover is an external
-    world-frame force (N) on the nominal mass, held over each tick."""
+    ``dynamics``, and the force input minus the model's force at hover as the observer reads
+    it (``hover``) is an external world-frame force (N) on the nominal mass, held over each
+    tick. The actions reach the vehicle as the flight sends them: with the observer's thrust
+    feed-forward of the force its reading (the force input clipped to ``limit_n``) holds beyond
+    the model's force at hover, the part no model explains
+    (:func:`~vnd_core.force_observer.with_thrust_feedforward`)."""
+    vehicle = hover.vehicle
 
     def bind_latent(condition: torch.Tensor) -> Step:
         z = condition[:, 3:]
         inner = dynamics.bind_latent(z)
-        accel = (condition[:, :3] - hover(z, inner)) / hover.vehicle.mass_kg
-        delta = constant_accel_delta(accel, hover.prior.config.dt_s)
+        known_n = hover(z)
+        accel = (condition[:, :3] - known_n) / vehicle.mass_kg
+        delta = constant_accel_delta(accel, hover.dt_s)
+        unexplained_n = clip_to_observer(condition[:, :3], limit_n) - known_n
 
         def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-            return inner(state, action) + delta
+            sent = with_thrust_feedforward(action, unexplained_n, state[:, QUAT], vehicle)
+            return inner(state, sent) + delta
 
         return step
 

@@ -32,14 +32,21 @@
    gate 4 that hold position from a replay state are flown on the prior corrected by the
    replay window's mean prior error (its force: measured, not learned; the body-rate offset
    a torque leaves is not applied, because such a policy flies with the observer's rate
-   compensation, which cancels it), each policy reading the force the observer reads there (clipped
-   as it clips it) and its own encoder's latent of the window. The candidate's
+   compensation, which cancels it), each policy reading its own encoder's latent of the
+   window and flying with the force its bundle's observer reads there (clipped as it clips
+   it): with a model, the model's force at hover plus what the model misses in the window (the
+   mean prior error less the model's mean residual), without one the mean prior error; of
+   that force the policy reads the horizontal part, and the vertical part the model does not
+   explain goes out as thrust feed-forward, as in flight. The candidate's
    mean position error may exceed the active policy's by at most ``force_margin_frac`` (plus
    ``force_margin_m``). The physics there is the prior's plus a measured force, not the learned
    model: a candidate trained on the model can gain on gate 4 and still lose the precision the
    observer gives it on the vehicle (measured: a steady 5 m/s hover wind flown at 0.024 m
    after the update that passed gate 4, against the active policy's 0.004 m; on the prior plus
-   that wind's force, 0.013 against 0.002 m).
+   that wind's force, 0.013 against 0.002 m). Its reading must be the one the candidate's
+   own observer gives: a model fitted on a wind flown at one tilt can place the wind's force
+   at a level hover 0.28 N off vertically, which the observer reads in flight; read as the
+   measured force instead, the candidate held the gate and sagged 1.4 cm on the vehicle.
 6. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
    within ``hover_max_dev_m`` for ``hover_ticks``. A stability check, not a precision one:
    z = 0 is what the policy reads while the encoder warms up, and once the MMD has spread the
@@ -63,7 +70,13 @@ from dataclasses import dataclass
 import torch
 
 from vnd_core.dynamics import NominalModel
-from vnd_core.force_observer import ObserverConfig
+from vnd_core.force_observer import (
+    clip_to_observer,
+    left_to_policy_n,
+    model_hover_force_n,
+    observer_limit_n,
+    with_thrust_feedforward,
+)
 from vnd_core.learner.novelty import window_unexplained_accel
 from vnd_core.policy import PolicyNet
 from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
@@ -172,6 +185,10 @@ class EvalSet:
     calm: torch.Tensor  # (R,) bool: the window's mean prior velocity error is below calm_accel
     mean_error: torch.Tensor  # (R, 12) the window's mean prior error per residual component
     holds: torch.Tensor  # (R,) bool: the rollout holds position from the replay state
+    # (R, 12) the window's mean residual of the new model under z_model, and of the active
+    # model under z_active (None: the active bundle has no model)
+    model_residual: torch.Tensor
+    active_residual: torch.Tensor | None
 
     def subset(self, rows: torch.Tensor) -> EvalSet:
         """The rollouts selected by the bool mask ``rows`` (R,)."""
@@ -190,6 +207,8 @@ class EvalSet:
             self.calm[rows],
             self.mean_error[rows],
             self.holds[rows],
+            self.model_residual[rows],
+            None if self.active_residual is None else self.active_residual[rows],
         )
 
 
@@ -213,12 +232,18 @@ def make_eval_set(
         prior_accel = window_unexplained_accel(None, context, model.prior.config.dt_s)
         calm = prior_accel <= config.calm_accel_mps2
         mean_error = context[..., INPUT_DIM:].mean(dim=1)  # (R, 12)
+        model_residual = model.residual(context[..., :INPUT_DIM], z_model[:, None]).mean(dim=1)
+        active_residual = None
         if active_model is not None:
             # The window ends at the same transition for both encoders (context lengths may
             # differ, a shorter one reads only the most recent part).
             c_old = min(active_model.context_len, model.context_len)
             offset = model.context_len - c_old
-            z_active = active_model.encoder(dataset.context(pick + offset, c_old))
+            old_context = dataset.context(pick + offset, c_old)
+            z_active = active_model.encoder(old_context)
+            active_residual = active_model.residual(
+                old_context[..., :INPUT_DIM], z_active[:, None]
+            ).mean(dim=1)
         else:
             z_active = torch.zeros(r, active_latent_dim)
     # Station keeping from replay states: each of the first rollouts starts at the state its
@@ -250,7 +275,17 @@ def make_eval_set(
     )
     initial = torch.cat([replay_state, start[:m]])
     holds = torch.arange(r) < n_hold
-    return EvalSet(z_model, z_active, trajectory, initial, calm, mean_error, holds)
+    return EvalSet(
+        z_model,
+        z_active,
+        trajectory,
+        initial,
+        calm,
+        mean_error,
+        holds,
+        model_residual,
+        active_residual,
+    )
 
 
 @torch.no_grad()
@@ -264,14 +299,18 @@ def rollout_errors(
     dt_s: float,
     delay_ticks: int = 1,
     force_n: torch.Tensor | None = None,
+    known_n: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean position error (R,) [m] per rollout of ``policy`` (reading ``policy_z`` (R, nz))
     tracking the eval references on ``dynamics`` (the learned model as the policy was trained
     on it) driven by ``eval_set.z_model``; each command reaches the dynamics ``delay_ticks``
     ticks late (the deployed loop has at least that much latency, and the learned model cannot
     represent it); errors capped at the crash distance, a non-finite state counts as a crash.
-    A policy with a force input reads ``force_n`` (R, 3), the force an observer reads under
-    ``dynamics`` (None: zero, right for the bare prior)."""
+    A policy with a force input flies with the observer's reading ``force_n`` (R, 3) under
+    ``dynamics`` (None: zero, right for the bare prior) as in flight: it reads the horizontal
+    part, and its commands go out with the thrust feed-forward of the vertical part its
+    bundle's model does not explain (``known_n`` (R, 3): that model's force at hover; None:
+    no model); its history keeps its own commands."""
     state = eval_set.initial.clone()
     r = state.shape[0]
     n_prev = policy.config.n_prev_actions
@@ -279,7 +318,11 @@ def rollout_errors(
     crashed = torch.zeros(r, dtype=torch.bool)
     total = torch.zeros(r)
     in_flight = [policy.action_offset.expand(r, 4)] * delay_ticks  # commands not applied yet
-    condition = policy.observation.condition(policy_z, force_n)
+    feedforward_n = None
+    if policy.force_dim and force_n is not None:
+        feedforward_n = force_n if known_n is None else force_n - known_n
+    read_n = None if force_n is None or not policy.force_dim else left_to_policy_n(force_n)
+    condition = policy.observation.condition(policy_z, read_n)
     for k in range(ticks):
         t_s = torch.full((r,), k * dt_s)
         obs = policy.observation.build_from(
@@ -287,6 +330,8 @@ def rollout_errors(
         )
         action = policy(obs)
         prev = torch.cat([action.unsqueeze(1), prev[:, :-1]], dim=1)
+        if feedforward_n is not None:
+            action = with_thrust_feedforward(action, feedforward_n, state[:, QUAT], policy.vehicle)
         in_flight.append(action)
         state = dynamics(state, in_flight.pop(0), eval_set.z_model)
         ref = eval_set.trajectory.sample(t_s + dt_s).position_m
@@ -305,14 +350,17 @@ def _both_costs(
     config: ValidationConfig,
     dt_s: float,
     delay_ticks: int,
-    force_n: torch.Tensor | None = None,
+    force_n: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    known_n: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
 ) -> dict[str, float]:
     """Mean rollout error [m] of the candidate (reading the new model's latents) and of the
-    active policy (reading its own) on ``eval_set`` under ``dynamics``."""
+    active policy (reading its own) on ``eval_set`` under ``dynamics``; force-input policies
+    read ``force_n`` (candidate's, active's; :func:`rollout_errors`), of which their models
+    explain ``known_n``."""
     figures = {}
-    for name, policy, z in (
-        ("candidate", candidate, eval_set.z_model),
-        ("active", active, eval_set.z_active),
+    for name, policy, z, read, known in (
+        ("candidate", candidate, eval_set.z_model, force_n[0], known_n[0]),
+        ("active", active, eval_set.z_active, force_n[1], known_n[1]),
     ):
         errors = rollout_errors(
             policy,
@@ -323,7 +371,8 @@ def _both_costs(
             config.crash_distance_m,
             dt_s,
             delay_ticks,
-            force_n,
+            read,
+            known,
         )
         figures[name] = float(errors.mean())
     return figures
@@ -364,10 +413,13 @@ def observed_force_regression(
     eval_set: EvalSet,
     config: ValidationConfig,
     delay_ticks: int,
+    models: tuple[VNDModel | None, VNDModel | None] = (None, None),
 ) -> tuple[str | None, dict]:
     """Gate 5b: (reason or None, figures) of both policies holding position in ``eval_set``'s
     station-keeping rollouts on the prior corrected by each window's mean prior error, reading
-    the force an observer reads there (policies with a force input)."""
+    the force an observer reads there (policies with a force input); the vertical force their
+    ``models`` (candidate's, active's; None: none) do not explain goes out as thrust
+    feed-forward, as in flight."""
     eval_set = eval_set.subset(eval_set.holds)
     figures: dict = {"windows": len(eval_set.holds)}
     if figures["windows"] == 0:
@@ -377,16 +429,31 @@ def observed_force_regression(
     correction = eval_set.mean_error * eval_set.mean_error.new_tensor(
         COMPONENT_MASKS["translational"]
     )
-    # what the policies read: the observer's estimate of the force, clipped as it clips it
-    force_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
-    limit_n = vehicle.mass_kg * ObserverConfig().accel_limit_mps2
-    read_n = force_n * (limit_n / force_n.norm(dim=1, keepdim=True).clamp_min(limit_n))
+    limit_n = observer_limit_n(vehicle)
+    reads, knowns = [], []
+    for model, z, residual in (
+        (models[0], eval_set.z_model, eval_set.model_residual),
+        (models[1], eval_set.z_active, eval_set.active_residual),
+    ):
+        read_n, known_n = observer_reading(vehicle, dt_s, eval_set, model, z, residual)
+        reads.append(clip_to_observer(read_n, limit_n))
+        knowns.append(known_n)
 
     def pushed(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return apply_residual(prior(state, action), correction)
 
     figures.update(
-        _both_costs(candidate, active, pushed, eval_set, config, dt_s, delay_ticks, read_n)
+        _both_costs(
+            candidate,
+            active,
+            pushed,
+            eval_set,
+            config,
+            dt_s,
+            delay_ticks,
+            (reads[0], reads[1]),
+            (knowns[0], knowns[1]),
+        )
     )
     allowed = figures["active"] * (1.0 + config.force_margin_frac) + config.force_margin_m
     if not figures["candidate"] <= allowed:
@@ -396,6 +463,29 @@ def observed_force_regression(
             f"(allowed {allowed:.4f} m)"
         ), figures
     return None, figures
+
+
+def observer_reading(
+    vehicle: VehicleParams,
+    dt_s: float,
+    eval_set: EvalSet,
+    model: VNDModel | None,
+    z: torch.Tensor,
+    residual: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What a flight's observer reads (R, 3) in ``eval_set``'s windows with a bundle's
+    ``model`` under latents ``z`` (R, nz) whose mean residual over each window is
+    ``residual`` (R, 12), and the model's force at hover (R, 3) (None without a model).
+
+    The observer predicts with the prior plus the model's motion (its residual less its
+    residual at hover), so it reads the force at hover plus what the model misses in the
+    window: the window's mean prior error less the model's mean residual, plus the model's
+    force at hover. Without a model it reads the window's mean prior error."""
+    error_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
+    if model is None or residual is None:
+        return error_n, None
+    known_n = model_hover_force_n(model, z)
+    return error_n - vehicle.mass_kg * residual[:, RES_VEL] / dt_s + known_n, known_n
 
 
 def model_worse_than_prior(
