@@ -37,6 +37,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "preflight": ("vnd_tools.commands.preflight", "check a live graph before take-off"),
 }
 
+# subcommand -> the middleware its own process uses when VND_MIDDLEWARE names none (set before
+# the module imports vnd_ros.runtime, which picks its backend at import). ``vnd fly``'s process
+# watches the flight beside its nodes, which run on dds unless told otherwise, and only on dds
+# does it read the DDS source timestamps its per-tick latency figures come from; left to
+# "auto" it would take rclpy whenever the ROS wheels import and report coarse windows instead.
+OWN_MIDDLEWARE: dict[str, str] = {"fly": "dds"}
+
 
 def _available() -> dict[str, tuple[str, str]]:
     return {
@@ -87,6 +94,8 @@ def _run(argv: list[str] | None) -> int:
         parser.print_help()
         return 0
     name = argv[0]
+    if name in OWN_MIDDLEWARE and not os.environ.get("VND_MIDDLEWARE", "").strip():
+        os.environ["VND_MIDDLEWARE"] = OWN_MIDDLEWARE[name]
     module = importlib.import_module(commands[name][0])
     sub_parser = argparse.ArgumentParser(prog=f"vnd {name}", description=commands[name][1])
     module.add_arguments(sub_parser)
