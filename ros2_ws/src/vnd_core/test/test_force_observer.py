@@ -4,6 +4,7 @@ adds is predicted, not reported, so a force-input policy reads what it trained o
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel
 from vnd_core.evaluation.baselines import (
@@ -12,8 +13,13 @@ from vnd_core.evaluation.baselines import (
     DisturbedPrior,
     ExternalForcePrior,
 )
-from vnd_core.force_observer import ForceObserver, LearnedMotion, ObserverConfig
-from vnd_core.so3 import rotate, rotate_inverse
+from vnd_core.force_observer import (
+    ForceObserver,
+    LearnedMotion,
+    ObserverConfig,
+    thrust_feedforward_n,
+)
+from vnd_core.so3 import exp_map, rotate, rotate_inverse
 from vnd_core.state import QUAT, VEL, hover_state
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.features import RES_VEL
@@ -179,3 +185,18 @@ def test_a_long_latent_dropout_and_its_end_do_not_step_the_force_read(tracking_c
     read = hover_in_known_push(tracking_controller, config, valid)
     assert np.abs(np.diff(read[10:, 1])).max() < 0.02
     np.testing.assert_allclose(read[20:, 1], 1.0, atol=0.05)
+
+
+def test_the_flights_feedforward_is_the_one_training_applies():
+    """The control tick computes the thrust feed-forward in plain arithmetic; at a tilt, and at
+    a tilt beyond the floor, it adds what the training roll-outs add, and leaves rates and the
+    horizontal force alone."""
+    observer = ForceObserver(VEHICLE)
+    observer._unexplained_mps2 = np.array([0.4, -0.2, -1.5])  # a push and a weight
+    action = np.array([VEHICLE.hover_thrust_n, 0.2, -0.1, 0.05])
+    for tilt_rad in (0.3, 1.3):
+        quat = exp_map(torch.tensor([tilt_rad, 0.2, 0.0], dtype=torch.float64))
+        sent = observer.compensate(action, quat.numpy())
+        expected = thrust_feedforward_n(torch.from_numpy(observer.force_n()), quat)
+        assert sent[0] == pytest.approx(action[0] + float(expected[0]))
+        np.testing.assert_array_equal(sent[1:], action[1:])

@@ -52,9 +52,10 @@ import torch
 from vnd_core.bundle import Bundle, BundleError
 from vnd_core.dynamics import CONTROL_PERIOD_S, NominalModel, NominalModelConfig
 from vnd_core.force_observer import (
+    clip_to_observer,
     left_to_policy_n,
     model_hover_force_n,
-    observed_model_force_n,
+    observer_limit_n,
     with_thrust_feedforward,
 )
 from vnd_core.reference import ReferenceSpec, Trajectory
@@ -253,11 +254,9 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
         # and on the learned model, the force an observer reads there at hover: the policy
         # reads its horizontal part, and only what the model's own force at hover leaves of
         # it (the observer's clip) is fed forward, as in flight
-        observed_n = observed_model_force_n(model, z_model)
-        force_n = torch.cat([torch.zeros(s, 3), observed_n])
-        unexplained_n = force_n - torch.cat(
-            [torch.zeros(s, 3), model_hover_force_n(model, z_model)]
-        )
+        known_n = torch.cat([torch.zeros(s, 3), model_hover_force_n(model, z_model)])
+        force_n = clip_to_observer(known_n, observer_limit_n(vehicle))
+        unexplained_n = force_n - known_n
     condition = obs_builder.condition(z, None if force_n is None else left_to_policy_n(force_n))
     for _ in range(ticks):
         obs = obs_builder.build(state, ref_state, ref_head, prev, condition)

@@ -226,9 +226,11 @@ class ForceObserver:
         :func:`thrust_feedforward_n`) within the vehicle's thrust range, its body rates less
         the rate offset (module docstring). Feed the result to :meth:`command`."""
         sent = np.array(action, dtype=np.float64)
-        force_n = torch.from_numpy(self.unexplained_force_n())
-        quat_t = torch.from_numpy(np.asarray(quat, dtype=np.float64))
-        feedforward_n = float(thrust_feedforward_n(force_n, quat_t)[0])
+        # thrust_feedforward_n in scalar arithmetic: this runs in every control tick, where
+        # the torch version's small-tensor overhead costs more than the policy's inference
+        _, qx, qy, _ = (float(q) for q in quat)
+        upright = max(1.0 - 2.0 * (qx * qx + qy * qy), FEEDFORWARD_MIN_UPRIGHT)
+        feedforward_n = -float(self.unexplained_force_n()[2]) / upright
         low, high = self.vehicle.thrust_min_n, self.vehicle.thrust_max_n
         sent[THRUST] = np.clip(sent[THRUST] + feedforward_n, low, high)
         sent[RATES] -= self.rate_offset_radps
@@ -448,10 +450,3 @@ def model_hover_force_n(model: VNDModel, z: torch.Tensor) -> torch.Tensor:
     action = torch.tensor([model.vehicle.hover_thrust_n, 0.0, 0.0, 0.0]).expand(batch, -1)
     dv = model.residual_correction(state, action, z)[:, RES_VEL]
     return model.vehicle.mass_kg * dv / model.prior.config.dt_s
-
-
-def observed_model_force_n(model: VNDModel, z: torch.Tensor) -> torch.Tensor:
-    """What the observer reports (B, 3) at hover under ``model`` and latents ``z`` (B, nz):
-    :func:`model_hover_force_n` clipped to the observer's limit (the force a policy with a
-    force input flies with there)."""
-    return clip_to_observer(model_hover_force_n(model, z), observer_limit_n(model.vehicle))

@@ -196,6 +196,25 @@ def constant_force_model(accel_mps2: torch.Tensor) -> VNDModel:
     return model
 
 
+def force_policy_trainer(policy: PolicyNet, model: VNDModel):
+    """The learner's trainer of force-input ``policy`` on ``model`` (16 episodes, no anchors,
+    no pool), built but not run."""
+    config = TrainerConfig(num_envs=16, horizon_ticks=8, episode_ticks=40, iterations=1)
+    return on_model_trainer(
+        policy,
+        model,
+        VEHICLE,
+        config,
+        anchor_fraction=0.0,
+        residual_bound=None,
+        latent_pool=None,
+        pool_fraction=0.0,
+        pool_weights=None,
+        components=DEFAULT_COMPONENTS,
+        trust_region=HOVER,
+    )
+
+
 def test_force_input_reads_the_models_force_plus_the_external_one_the_dynamics_add():
     """A policy with a force input trains reading what an observer would: the residual's force
     at hover under the episode's z plus an external force, and only the external force is
@@ -238,20 +257,7 @@ def test_a_force_policy_reads_the_force_as_its_observer_reports_it_clipped():
     accel = torch.tensor([6.0, 0.0, 0.0])  # 4.5 N, beyond the observer's 3.0 N
     model = constant_force_model(accel)
     policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
-    config = TrainerConfig(num_envs=16, horizon_ticks=8, episode_ticks=40, iterations=1)
-    trainer = on_model_trainer(
-        policy,
-        model,
-        VEHICLE,
-        config,
-        anchor_fraction=0.0,
-        residual_bound=None,
-        latent_pool=None,
-        pool_fraction=0.0,
-        pool_weights=None,
-        components=DEFAULT_COMPONENTS,
-        trust_region=HOVER,
-    )
+    trainer = force_policy_trainer(policy, model)
     limit_n = observer_limit_n(VEHICLE)
     assert limit_n == pytest.approx(4.0 * VEHICLE.mass_kg)
     condition = trainer.env.z
@@ -287,20 +293,7 @@ def test_a_force_policy_reads_the_horizontal_force_and_the_model_keeps_its_weigh
     accel = torch.tensor([1.0, 0.0, -2.5])  # a push and a payload's weight, within the clip
     model = constant_force_model(accel)
     policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
-    config = TrainerConfig(num_envs=16, horizon_ticks=8, episode_ticks=40, iterations=1)
-    trainer = on_model_trainer(
-        policy,
-        model,
-        VEHICLE,
-        config,
-        anchor_fraction=0.0,
-        residual_bound=None,
-        latent_pool=None,
-        pool_fraction=0.0,
-        pool_weights=None,
-        components=DEFAULT_COMPONENTS,
-        trust_region=HOVER,
-    )
+    trainer = force_policy_trainer(policy, model)
     condition = trainer.env.z
     model_n = VEHICLE.mass_kg * accel
     external_vertical = condition[:, 2] - model_n[2]

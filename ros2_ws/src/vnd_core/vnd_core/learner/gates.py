@@ -17,7 +17,7 @@ import torch
 
 from vnd_core.behaviour import BehaviourCheckConfig, behaviour_check
 from vnd_core.bundle import Bundle, BundleError
-from vnd_core.force_observer import model_hover_force_n, observed_model_force_n
+from vnd_core.force_observer import clip_to_observer, model_hover_force_n, observer_limit_n
 from vnd_core.learner.validation import (
     ValidationConfig,
     action_limit_violation,
@@ -113,8 +113,8 @@ def run_gates(
     # explains all of it, so nothing is fed forward
     observed_n, known_n = None, None
     if policy.force_dim or active.policy.force_dim:
-        observed_n = observed_model_force_n(model, eval_set.z_model)
         known_n = model_hover_force_n(model, eval_set.z_model)
+        observed_n = clip_to_observer(known_n, observer_limit_n(vehicle))
 
     def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
         errors = rollout_errors(
