@@ -1,16 +1,23 @@
 """Motion-capture pose -> filtered state estimate (position, attitude, velocity, body rates).
 
 Position and velocity come from a constant-velocity Kalman filter per world axis. Body rates
-come from an error-state Kalman filter on the attitude with the same two-state structure per
-body axis (angle, rate): it predicts the attitude with the rate estimate, takes the SO(3) log
+come from an error-state Kalman filter on the attitude with angle and rate states per body
+axis: it predicts the attitude with the rate estimate, takes the SO(3) log
 of measured vs predicted attitude as the innovation, and corrects both. When the body rates
-just commanded are known (:meth:`PoseFilter.set_rate_command`), the rate prediction follows
-the vehicle's first-order rate loop towards them, and the filter trusts that model more
-(``commanded_rate_noise_radps2``). Why a model: differences of 100 Hz attitude samples with
-4 mrad of noise, low-pass filtered, gave rates so noisy that the base policy flew a calm
-figure-eight at 0.046 m, against 0.027 m on the true rates; this filter without commands gave
-0.032 m, with them 0.025 m (simulated time, seed 0). The attitude itself is passed through as
-measured. Bad samples are rejected and counted by reason.
+just commanded are known (:meth:`PoseFilter.set_rate_command`), the rate prediction follows the
+vehicle's first-order rate loop towards them, and the filter trusts that model more
+(``commanded_rate_noise_radps2``). The loop settles towards the command plus an offset the
+filter estimates as a third state per axis: a torque (a weak rotor, a payload off the centre)
+leaves the vehicle turning beyond its commands under a proportional rate loop, and a model that
+pulls the rates towards the commands alone reports only part of a steady offset, and the force
+observer downstream then compensates only that part. The offset moves slowly (seconds): the
+first-order loop model misses the vehicle's motor lag during manoeuvres, and an offset free to
+follow that mismatch wanders in calm air, where the fault flights' blind landings then ended
+farther off. Why a model: differences of 100 Hz
+attitude samples with 4 mrad of noise, low-pass filtered, gave rates so noisy that the base
+policy flew a calm figure-eight at 0.046 m, against 0.027 m on the true rates; this filter
+without commands gave 0.032 m, with them 0.025 m (simulated time, seed 0). The attitude itself
+is passed through as measured. Bad samples are rejected and counted by reason.
 
 This runs once per mocap message (100-360 Hz) on the estimator's thread, so it works on plain
 floats: a handful of numpy calls on 3-vectors would already cost more than the whole update
@@ -49,6 +56,8 @@ class PoseFilterConfig:
     attitude_noise_rad: float = 0.004  # std of mocap attitude noise per axis (rotation vector)
     angular_accel_noise_radps2: float = 20.0  # rate process noise without a command [/sqrt(s)]
     commanded_rate_noise_radps2: float = 6.0  # rate process noise given the command [/sqrt(s)]
+    rate_offset_noise_radps: float = 0.05  # random walk of the rate offset [rad/s per sqrt(s)]
+    initial_rate_offset_std_radps: float = 0.3  # rate-offset uncertainty after a (re)start
     command_timeout_s: float = 0.1  # a rate command older than this (vs the sample) is not used
     initial_rate_std_radps: float = 2.0  # body-rate uncertainty right after a (re)start [rad/s]
     position_jump_m: float = 0.3  # reject a sample this far from the predicted position
@@ -66,6 +75,8 @@ class PoseFilterConfig:
             "attitude_noise_rad",
             "angular_accel_noise_radps2",
             "commanded_rate_noise_radps2",
+            "rate_offset_noise_radps",
+            "initial_rate_offset_std_radps",
             "command_timeout_s",
             "initial_rate_std_radps",
             "position_jump_m",
@@ -129,6 +140,7 @@ class PoseFilter:
         self._r_att = self.config.attitude_noise_rad**2
         self._q_free = self.config.angular_accel_noise_radps2**2
         self._q_cmd = self.config.commanded_rate_noise_radps2**2
+        self._q_offset = self.config.rate_offset_noise_radps**2
         self._command: tuple[int, tuple[float, ...]] | None = None  # (stamp ns, rates rad/s)
         self.reset()
 
@@ -140,13 +152,15 @@ class PoseFilter:
         self._p = [0.0, 0.0, 0.0]  # position estimate, m
         self._v = [0.0, 0.0, 0.0]  # velocity estimate, m/s
         self._w = [0.0, 0.0, 0.0]  # body-rate estimate, rad/s
+        self._b = [0.0, 0.0, 0.0]  # the rate loop's steady offset beyond the command, rad/s
         # last accepted attitude (unit, continuous sign)
         self._quat: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0)
         # filtered attitude (the rate filter's angle state)
         self._att: tuple[float, ...] = (1.0, 0.0, 0.0, 0.0)
         # Covariance of (p, v) per axis; identical on every axis, so three scalars suffice.
         self._p11 = self._p12 = self._p22 = 0.0
-        self._a11 = self._a12 = self._a22 = 0.0  # same for (attitude error, rate) per body axis
+        # same for (attitude error, rate, rate offset) per body axis: the upper triangle
+        self._a = [0.0] * 6  # a11, a12, a13, a22, a23, a33
 
     def set_rate_command(
         self, stamp_ns: int, body_rate_radps: Sequence[float] | np.ndarray
@@ -230,11 +244,14 @@ class PoseFilter:
         self._p = list(pos)
         self._v = [0.0, 0.0, 0.0]
         self._w = [0.0, 0.0, 0.0]
+        self._b = [0.0, 0.0, 0.0]
         self._quat = quat if quat[0] >= 0.0 else tuple(-v for v in quat)
         self._att = self._quat
         self._jumps_in_row = 0
         self._p11, self._p12, self._p22 = self._r, 0.0, self.config.initial_velocity_std_mps**2
-        self._a11, self._a12, self._a22 = self._r_att, 0.0, self.config.initial_rate_std_radps**2
+        rate_var = self.config.initial_rate_std_radps**2
+        offset_var = self.config.initial_rate_offset_std_radps**2
+        self._a = [self._r_att, 0.0, 0.0, rate_var, 0.0, offset_var]
 
     def _correct(self, dt_s: float, pos: tuple[float, float, float]) -> None:
         """Kalman predict over ``dt_s`` (constant velocity, white acceleration) and update."""
@@ -261,24 +278,26 @@ class PoseFilter:
     def _correct_attitude(
         self, dt_s: float, quat: tuple[float, ...], command: tuple[float, ...] | None
     ) -> None:
-        """Error-state Kalman step of (attitude, body rate): predict over ``dt_s`` (constant
-        rate, or the first-order rate loop towards ``command``), correct with ``quat``."""
+        """Error-state Kalman step of (attitude, body rate, rate offset): predict over ``dt_s``
+        (constant rate, or the first-order rate loop towards ``command`` plus the offset),
+        correct with ``quat``."""
         if command is None:
-            decay, q = 1.0, self._q_free
+            # without a command the offset has nothing to act on: it is kept as it is
+            decay, gain, q, q_offset = 1.0, 0.0, self._q_free, 0.0
             w_pred = self._w
         else:
-            alpha = 1.0 - math.exp(-dt_s / self.rate_time_constant_s)
-            decay, q = 1.0 - alpha, self._q_cmd
-            w_pred = [w + alpha * (c - w) for w, c in zip(self._w, command, strict=True)]
+            gain = 1.0 - math.exp(-dt_s / self.rate_time_constant_s)
+            decay, q, q_offset = 1.0 - gain, self._q_cmd, self._q_offset
+            w_pred = [
+                w + gain * (c + b - w) for w, c, b in zip(self._w, command, self._b, strict=True)
+            ]
         half_dt = 0.5 * dt_s
         predicted = quat_mul(
             self._att, quat_exp(*(half_dt * (a + b) for a, b in zip(self._w, w_pred, strict=True)))
         )
-        a11 = self._a11 + dt_s * (2.0 * self._a12 + dt_s * self._a22) + q * dt_s**3 / 3.0
-        a12 = decay * (self._a12 + dt_s * self._a22) + q * dt_s**2 / 2.0
-        a22 = decay * decay * self._a22 + q * dt_s
+        a11, a12, a13, a22, a23, a33 = self._predicted_covariance(dt_s, decay, gain, q, q_offset)
         s = a11 + self._r_att
-        k1, k2 = a11 / s, a12 / s
+        k1, k2, k3 = a11 / s, a12 / s, a13 / s
         pw, px, py, pz = predicted
         mw, mx, my, mz = quat
         if pw * mw + px * mx + py * my + pz * mz < 0.0:  # same hemisphere as the prediction
@@ -292,10 +311,39 @@ class PoseFilter:
         )
         self._att = quat_mul(predicted, quat_exp(*(k1 * e for e in innovation)))
         self._w = [w + k2 * e for w, e in zip(w_pred, innovation, strict=True)]
-        self._a11, self._a12, self._a22 = (1.0 - k1) * a11, (1.0 - k1) * a12, a22 - k2 * a12
+        self._b = [b + k3 * e for b, e in zip(self._b, innovation, strict=True)]
+        self._a = [
+            a11 - k1 * a11,
+            a12 - k1 * a12,
+            a13 - k1 * a13,
+            a22 - k2 * a12,
+            a23 - k2 * a13,
+            a33 - k3 * a13,
+        ]
         if sum(a * b for a, b in zip(quat, self._quat, strict=True)) < 0.0:
             quat = tuple(-v for v in quat)  # the output keeps a continuous sign
         self._quat = quat
+
+    def _predicted_covariance(
+        self, dt_s: float, decay: float, gain: float, q: float, q_offset: float
+    ) -> tuple[float, float, float, float, float, float]:
+        """F A F^T + Q of the (angle, rate, offset) covariance, upper triangle: the angle
+        integrates the mean of the old and new rate, the new rate is ``decay`` times the old
+        plus ``gain`` times the offset, the offset walks with ``q_offset``; ``q`` is white
+        angular acceleration."""
+        a11, a12, a13, a22, a23, a33 = self._a
+        f12, f13 = 0.5 * dt_s * (1.0 + decay), 0.5 * dt_s * gain  # angle row
+        # rows of F A: angle, rate, offset
+        r1 = (a11 + f12 * a12 + f13 * a13, a12 + f12 * a22 + f13 * a23, a13 + f12 * a23 + f13 * a33)
+        r2 = (decay * a12 + gain * a13, decay * a22 + gain * a23, decay * a23 + gain * a33)
+        return (
+            r1[0] + f12 * r1[1] + f13 * r1[2] + q * dt_s**3 / 3.0,
+            decay * r1[1] + gain * r1[2] + q * dt_s**2 / 2.0,
+            r1[2],
+            decay * r2[1] + gain * r2[2] + q * dt_s,
+            r2[2],
+            a33 + q_offset * dt_s,
+        )
 
     def _estimate(self, stamp_ns: int) -> PoseEstimate:
         return PoseEstimate(
