@@ -192,11 +192,11 @@ def test_the_flights_feedforward_is_the_one_training_applies():
     a tilt beyond the floor, it adds what the training roll-outs add, and leaves rates and the
     horizontal force alone."""
     observer = ForceObserver(VEHICLE)
-    observer._unexplained_mps2 = np.array([0.4, -0.2, -1.5])  # a push and a weight
+    observer._prior_error_mps2 = np.array([0.4, -0.2, -1.5])  # a push and a weight
     action = np.array([VEHICLE.hover_thrust_n, 0.2, -0.1, 0.05])
     for tilt_rad in (0.3, 1.3):
         quat = exp_map(torch.tensor([tilt_rad, 0.2, 0.0], dtype=torch.float64))
         sent = observer.compensate(action, quat.numpy())
-        expected = thrust_feedforward_n(torch.from_numpy(observer.force_n()), quat)
+        expected = thrust_feedforward_n(torch.from_numpy(observer.feedforward_force_n()), quat)
         assert sent[0] == pytest.approx(action[0] + float(expected[0]))
         np.testing.assert_array_equal(sent[1:], action[1:])

@@ -2,19 +2,21 @@
 offset under the proportional rate loop; the observer reads it, reads about none in calm air,
 and the compensated commands hold the hover where the same controller uncompensated is pushed
 off it. A payload's weight is answered by the thrust feed-forward: the same controller holds
-its height with it and sags without."""
+its height with it, also when a learned model explains the weight, and sags without."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from vnd_core.force_observer import ForceObserver, ObserverConfig
+from vnd_core.force_observer import ForceObserver, LearnedMotion, Motion, ObserverConfig
 from vnd_core.plant import TruePlant
 from vnd_core.scenario import scenario_from_mapping
 from vnd_core.state import OMEGA, POS, QUAT
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.components import compensated_components
+from vnd_core.vnd.features import RES_VEL
+from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
 VEHICLE = load_vehicle("agile")
 HOVER_M = (0.0, 0.0, 1.0)
@@ -42,9 +44,14 @@ def hover_scenario(efficiency: float, payload_kg: float = 0.0):
 
 
 def hover(
-    controller, efficiency: float, compensate: bool, payload_kg: float = 0.0
+    controller,
+    efficiency: float,
+    compensate: bool,
+    payload_kg: float = 0.0,
+    motion: Motion | None = None,
 ) -> dict[str, np.ndarray]:
-    """Hold the hover on the true plant for ``SECONDS``; per tick: the position error (N,) in
+    """Hold the hover on the true plant for ``SECONDS``, the commands sent to the observer
+    with a learned ``motion`` (None: the prior alone); per tick: the position error (N,) in
     m, the height error (N,) in m, the observer's rate offset (N, 3), the true one (N, 3): the
     body rates the vehicle turns at beyond the rates it was sent, and how far it turns beyond
     the rates the controller asked for (N, 3)."""
@@ -66,7 +73,7 @@ def hover(
             else action
         )
         state = plant.step(torch.from_numpy(sent).float()[None])
-        observer.command(sent)
+        observer.command(sent, motion)
         out["error_m"].append(float((state[0, POS] - torch.tensor(HOVER_M)).norm()))
         out["height_error_m"].append(float(state[0, POS][2]) - HOVER_M[2])
         out["offset_radps"].append(observer.rate_offset_radps.copy())
@@ -110,6 +117,25 @@ def test_the_thrust_feedforward_holds_a_payloads_weight(tracking_controller):
     assert sag_m > 0.02
     assert abs(compensated["height_error_m"][settled].mean()) < 0.15 * sag_m
     assert compensated["error_m"][settled].mean() < 0.005
+
+
+def test_the_thrust_feedforward_holds_a_weight_the_model_has_learned(tracking_controller):
+    """Ground truth: with a learned model that explains the payload's weight, the observer
+    reads the weight as the model's force, and the feed-forward still answers it: the
+    vertical force fed forward is the one the prior misses where the vehicle flies, so the
+    height holds as it does without a model."""
+    settled = slice(-100, None)
+    model = VNDModel(VEHICLE, VNDModelConfig())
+    weight = torch.zeros(12)
+    weight[RES_VEL] = 0.02 * torch.tensor([0.0, 0.0, -0.2 * 9.81]) / VEHICLE.mass_kg
+    with torch.no_grad():
+        model.residual.set_constant(weight)
+    motion = LearnedMotion(model).bind(np.zeros(model.latent_dim, dtype=np.float32))
+    plain = hover(tracking_controller, 1.0, compensate=False, payload_kg=0.2)
+    learned = hover(tracking_controller, 1.0, compensate=True, payload_kg=0.2, motion=motion)
+    sag_m = -plain["height_error_m"][settled].mean()
+    assert abs(learned["height_error_m"][settled].mean()) < 0.15 * sag_m
+    assert learned["error_m"][settled].mean() < 0.005
 
 
 def test_compensation_does_not_feed_back_into_the_estimate(tracking_controller):

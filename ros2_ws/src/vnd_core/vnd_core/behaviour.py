@@ -56,7 +56,7 @@ from vnd_core.force_observer import (
     left_to_policy_n,
     model_hover_force_n,
     observer_limit_n,
-    with_thrust_feedforward,
+    with_vertical_fed_forward,
 )
 from vnd_core.reference import ReferenceSpec, Trajectory
 from vnd_core.so3 import exp_map, quat_mul
@@ -249,22 +249,19 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
     ticks = max(1, round(config.duration_s / config.period_s))
     states, actions = [], []
     force_n = None  # a force input reads zero on the nominal model
-    unexplained_n = None  # and the observer's feed-forward has nothing to answer
-    if use_model and policy.force_dim:
+    fed_forward = use_model and bool(policy.force_dim)
+    if fed_forward:
         # and on the learned model, the force an observer reads there at hover: the policy
-        # reads its horizontal part, and only what the model's own force at hover leaves of
-        # it (the observer's clip) is fed forward, as in flight
+        # reads its horizontal part, and the observer feeds the residual's vertical force
+        # forward, as in flight
         known_n = torch.cat([torch.zeros(s, 3), model_hover_force_n(model, z_model)])
         force_n = clip_to_observer(known_n, observer_limit_n(vehicle))
-        unexplained_n = force_n - known_n
     condition = obs_builder.condition(z, None if force_n is None else left_to_policy_n(force_n))
     for _ in range(ticks):
         obs = obs_builder.build(state, ref_state, ref_head, prev, condition)
         action = policy(obs)
         if n_prev:
             prev = torch.cat([obs_builder.normalise_action(action), prev[:, :-ACTION_DIM]], dim=1)
-        if unexplained_n is not None:
-            action = with_thrust_feedforward(action, unexplained_n, state[:, QUAT], vehicle)
         history.append(action)
         window = torch.stack(history[-lag - 1 :])  # (lag + 1, B, 4), newest last
         applied = window[lag - delay, rows]
@@ -274,10 +271,14 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
         elif shared_prior:
             predicted = prior(state, applied)
             residual = model.residual_correction(state[s:], applied[s:], z_model)
+            if fed_forward:
+                residual = with_vertical_fed_forward(residual, state[s:, QUAT])
             state = torch.cat([predicted[:s], compose(predicted[s:], residual, components)])
         else:
             own = model.prior(state[s:], applied[s:])
             residual = model.residual_correction(state[s:], applied[s:], z_model)
+            if fed_forward:
+                residual = with_vertical_fed_forward(residual, state[s:, QUAT])
             state = torch.cat([prior(state[:s], applied[:s]), compose(own, residual, components)])
         states.append(state)
         actions.append(action)

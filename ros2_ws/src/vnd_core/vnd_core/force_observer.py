@@ -40,17 +40,21 @@ zero. The loop model is deliberately not the prior's single rate time constant: 
 misses the motors' and turns every manoeuvre into a transient offset, and compensating that
 noise costs tracking.
 
-:meth:`compensate` also answers the vertical component of the force no learned model explains
-(:meth:`unexplained_force_n`: the whole estimate without a model): it adds the thrust whose
-vertical share cancels it (:func:`thrust_feedforward_n`), the force half of the augmentation.
-A payload's weight or a weak rotor's lost lift is then held exactly, where a policy reading
-the force answers a weight beyond the forces it trained on short of fully and sags. A policy
-flown this way reads only the horizontal part of the estimate (:meth:`policy_force_n`), which
-it answers by tilting; the vertical force a learned model knows it answers through z, as it
-trained to. Fed forward, that force would have to be undone by the policy through z: the
-model's force at a level hover is a reference point off the attitudes a wind is flown at, and
-its vertical part there is not the vertical force the vehicle meets. Its training applies the
-same feed-forward to its actions (:func:`with_thrust_feedforward`).
+:meth:`compensate` also answers the vertical force the prior does not explain, measured where
+the vehicle flies: beside the estimate, the observer filters the prior's own error (the
+force the prior alone misses, learned model or not; :meth:`feedforward_force_n`), and adds the
+thrust whose vertical share cancels its vertical part (:func:`thrust_feedforward_n`), the force
+half of the augmentation. A payload's weight or a weak rotor's lost lift is then held exactly,
+as integral action holds it, where a policy reading the force answers a weight beyond the forces
+it trained on short of fully and sags. A policy flown this way reads only the horizontal part of
+the estimate (:meth:`policy_force_n`), which it answers by tilting. The vertical force is
+measured at the operating point rather than taken from a learned model: the model's force at a
+level hover is a reference point off the attitudes a wind is flown at (its vertical part there
+is not the vertical force the vehicle meets), and a policy left to answer a learned weight
+through z holds it no better than a policy without integral action. Its training applies the
+same feed-forward to its roll-outs: the vertical force the residual adds at each state is
+cancelled by thrust along body z (:func:`with_vertical_fed_forward`), an external force's by
+:func:`with_thrust_feedforward`.
 
 A command sent without a learned motion (its latent was not valid: a glitch of the encoder, a
 bundle swap's version mismatch) keeps the last motion for ``motion_hold_s``: the model under
@@ -76,7 +80,7 @@ from vnd_core.dynamics import NominalModel
 from vnd_core.so3 import body_z_axis
 from vnd_core.state import OMEGA, RATES, THRUST, VEL, hover_state
 from vnd_core.vehicle import VehicleParams
-from vnd_core.vnd.features import RES_VEL
+from vnd_core.vnd.features import RES_OMEGA, RES_POS, RES_ROT, RES_VEL
 
 if TYPE_CHECKING:
     from vnd_core.vnd.model import VNDModel
@@ -154,6 +158,8 @@ class ForceObserver:
         # the latest latent (zero without a model); the estimate is their clipped sum
         self._unexplained_mps2 = np.zeros(3)
         self._known_mps2 = np.zeros(3)
+        # the filtered acceleration the prior alone does not explain (what is fed forward)
+        self._prior_error_mps2 = np.zeros(3)
         # the last learned motion a command came with, and the commands sent without one since
         self._held: Motion | None = None
         self._held_ticks = 0
@@ -189,6 +195,7 @@ class ForceObserver:
                 predicted = self.prior(
                     torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
                 )[0, VEL].numpy()
+            prior_error = (measured[VEL] - predicted) / self.dt_s
             known = np.zeros(3)
             if motion is not None:
                 predicted = predicted + motion(previous, action)
@@ -198,13 +205,18 @@ class ForceObserver:
             self._observe_rates(previous, action, measured)
             if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
                 self._switch_predictor(motion is not None, known)
-                unexplained = self._unexplained_mps2 + self._alpha * (raw - self._unexplained_mps2)
-                norm = float(np.linalg.norm(unexplained))
-                if norm > self.config.accel_limit_mps2:
-                    unexplained = unexplained * (self.config.accel_limit_mps2 / norm)
-                self._unexplained_mps2 = unexplained
+                self._unexplained_mps2 = self._filtered(self._unexplained_mps2, raw)
+            if self._ticks >= self.config.warmup_ticks and np.isfinite(prior_error).all():
+                self._prior_error_mps2 = self._filtered(self._prior_error_mps2, prior_error)
         self._previous = (measured, None, None)
         return self.estimate_mps2
+
+    def _filtered(self, filtered: np.ndarray, raw: np.ndarray) -> np.ndarray:
+        """``filtered`` (3,) one low-pass step towards ``raw`` (3,), clipped to the limit."""
+        updated = filtered + self._alpha * (raw - filtered)
+        norm = float(np.linalg.norm(updated))
+        limit = self.config.accel_limit_mps2
+        return updated * (limit / norm) if norm > limit else updated
 
     def _observe_rates(
         self, previous: np.ndarray, action: np.ndarray, measured: np.ndarray
@@ -222,7 +234,7 @@ class ForceObserver:
     def compensate(self, action: np.ndarray, quat: np.ndarray) -> np.ndarray:
         """The command to send (4,), float64, for the policy's ``action`` (4,) at attitude
         ``quat`` (4, w x y z, the state the policy read): its thrust plus the feed-forward of
-        the force no learned model explains (:meth:`unexplained_force_n`,
+        the vertical force the prior does not explain (:meth:`feedforward_force_n`,
         :func:`thrust_feedforward_n`) within the vehicle's thrust range, its body rates less
         the rate offset (module docstring). Feed the result to :meth:`command`."""
         sent = np.array(action, dtype=np.float64)
@@ -230,7 +242,7 @@ class ForceObserver:
         # the torch version's small-tensor overhead costs more than the policy's inference
         _, qx, qy, _ = (float(q) for q in quat)
         upright = max(1.0 - 2.0 * (qx * qx + qy * qy), FEEDFORWARD_MIN_UPRIGHT)
-        feedforward_n = -float(self.unexplained_force_n()[2]) / upright
+        feedforward_n = -float(self.feedforward_force_n()[2]) / upright
         low, high = self.vehicle.thrust_min_n, self.vehicle.thrust_max_n
         sent[THRUST] = np.clip(sent[THRUST] + feedforward_n, low, high)
         sent[RATES] -= self.rate_offset_radps
@@ -281,11 +293,11 @@ class ForceObserver:
         """The estimated external force (3,) in newtons: nominal mass times the estimate."""
         return self.vehicle.mass_kg * self.estimate_mps2
 
-    def unexplained_force_n(self) -> np.ndarray:
-        """The part (3,) in newtons of :meth:`force_n` that no learned model explains: all of
-        it without a model, else the estimate less the model's force at hover under the latest
-        latent. Its vertical part is what :meth:`compensate` feeds forward."""
-        return self.force_n() - self.vehicle.mass_kg * self._known_mps2
+    def feedforward_force_n(self) -> np.ndarray:
+        """The force (3,) in newtons the prior alone does not explain, filtered and clipped as
+        the estimate is, whatever model the commands came with (without one it equals
+        :meth:`force_n`). Its vertical part is what :meth:`compensate` feeds forward."""
+        return self.vehicle.mass_kg * self._prior_error_mps2
 
     def policy_force_n(self) -> np.ndarray:
         """The force (3,) in newtons a policy flown with :meth:`compensate` reads: the
@@ -436,6 +448,29 @@ def with_thrust_feedforward(
     thrust = action[:, THRUST] + thrust_feedforward_n(force_n, quat)
     thrust = thrust.clamp(vehicle.thrust_min_n, vehicle.thrust_max_n)
     return torch.cat([thrust, action[:, RATES]], dim=1)
+
+
+def with_vertical_fed_forward(residual: torch.Tensor, quat: torch.Tensor) -> torch.Tensor:
+    """A learned residual (..., 12) as a training roll-out of a policy flown with
+    :meth:`ForceObserver.compensate` meets it at attitude ``quat`` (..., 4): its position and
+    velocity changes plus those of the thrust feed-forward that cancels their vertical part
+    (:func:`thrust_feedforward_n`) acting along body z. The vertical part is cancelled while
+    body z is at least ``FEEDFORWARD_MIN_UPRIGHT`` upright, and the thrust's horizontal share
+    is added. Rotation and body rates pass unchanged. The observer's filter, the thrust range
+    and the motor lag are not modelled: the cancellation is the feed-forward settled."""
+    axis = body_z_axis(quat)
+    along = axis / axis[..., 2:3].clamp_min(FEEDFORWARD_MIN_UPRIGHT)  # thrust per unit lift
+    position = residual[..., RES_POS]
+    velocity = residual[..., RES_VEL]
+    return torch.cat(
+        [
+            position - position[..., 2:3] * along,
+            residual[..., RES_ROT],
+            velocity - velocity[..., 2:3] * along,
+            residual[..., RES_OMEGA],
+        ],
+        dim=-1,
+    )
 
 
 @torch.no_grad()

@@ -19,10 +19,10 @@ observer's ``motion_hold_s`` (0.5 s), then hands over to the prior without a ste
 force read.
 
 Such a policy reads the horizontal part of the force, and its commands go out with the
-observer's compensation (:meth:`ForceInput.compensate`): the vertical part as thrust
-feed-forward (a payload's weight held exactly), and the offset a torque leaves under the
-vehicle's rate loop taken off the command's body rates, so the vehicle turns at the rates the
-policy asked for.
+observer's compensation (:meth:`ForceInput.compensate`): the vertical force the prior does not
+explain as thrust feed-forward (a payload's weight held exactly), and the offset a torque
+leaves under the vehicle's rate loop taken off the command's body rates, so the vehicle turns
+at the rates the policy asked for.
 The policy's own history and the safety filter keep the command as the filter passed it; the
 vehicle, the replay and the observer get the command sent. Compensation acts only while the
 observer runs (mode POLICY, in the air); a fallback's commands go out as its controller made

@@ -8,7 +8,6 @@ import copy
 import pytest
 import torch
 from vnd_core.force_observer import (
-    clip_to_observer,
     observer_limit_n,
     with_thrust_feedforward,
 )
@@ -26,7 +25,7 @@ from vnd_core.learner.policy_update import (
     with_force,
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
-from vnd_core.so3 import body_z_axis
+from vnd_core.so3 import body_z_axis, exp_map
 from vnd_core.state import QUAT, hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
@@ -233,20 +232,18 @@ def test_force_input_reads_the_models_force_plus_the_external_one_the_dynamics_a
     assert external.norm(dim=1).max() <= ForceTraining().max_n + 4 * ForceTraining().vertical_std_n
     torch.testing.assert_close(condition[:, 3:], z)
     state, action = near_hover(64)
-    limit_n = observer_limit_n(VEHICLE)
-    unexplained_n = clip_to_observer(condition[:, :3], limit_n) - model_force
-    sent = with_thrust_feedforward(action, unexplained_n, state[:, QUAT], VEHICLE)
+    sent = with_thrust_feedforward(action, external, state[:, QUAT], VEHICLE)
     with torch.no_grad():
-        got = forced_dynamics(dynamics, hover, limit_n)(state, action, condition)
+        got = forced_dynamics(dynamics, hover)(state, action, condition)
         plain = dynamics(state, sent, z)
     dt_s = model.prior.config.dt_s
     torch.testing.assert_close(
         (got - plain)[:, 7:10], dt_s * external / VEHICLE.mass_kg, atol=1e-5, rtol=1e-4
     )
     # the actions reach the vehicle as flight sends them: thrust plus the vertical part of the
-    # force the model does not explain, answered along the tilted body z; rates as commanded
+    # external force, answered along the tilted body z; rates as commanded
     upright = body_z_axis(state[:, QUAT])[:, 2]
-    torch.testing.assert_close(sent[:, 0], action[:, 0] - unexplained_n[:, 2] / upright)
+    torch.testing.assert_close(sent[:, 0], action[:, 0] - external[:, 2] / upright)
     torch.testing.assert_close(sent[:, 1:], action[:, 1:])
 
 
@@ -272,24 +269,23 @@ def test_a_force_policy_reads_the_force_as_its_observer_reports_it_clipped():
     torch.testing.assert_close(read[:, :2], clipped[:, :2])
     torch.testing.assert_close(read[:, 2], torch.zeros(16))  # the feed-forward's share
     torch.testing.assert_close(obs[:, -policy.latent_dim :], condition[:, 3:])
-    # the roll-out applies the model's whole force (the trainer's dynamics are not clipped),
+    # the roll-out applies the model's whole force (the trainer's dynamics are not clipped)
     step = trainer.dynamics.bind_latent(condition)
     with torch.no_grad():
         hover = hover_state((16,))
         action = torch.tensor([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]).expand(16, -1)
         dv = step(hover, action)[:, 7:10] - model.prior(hover, action)[:, 7:10]
     dt_s = model.prior.config.dt_s
-    # the whole force, less the vertical part of the clipped reading the feed-forward answers
-    expected_n = condition[:, :3] - torch.nn.functional.pad(clipped[:, 2:], (2, 0))
+    # less its vertical part, which the feed-forward answers
+    expected_n = condition[:, :3] * torch.tensor([1.0, 1.0, 0.0])
     torch.testing.assert_close(dv * VEHICLE.mass_kg / dt_s, expected_n, atol=1e-3, rtol=1e-3)
 
 
-def test_a_force_policy_reads_the_horizontal_force_and_the_model_keeps_its_weight():
-    """The policy reads only the horizontal part of the force. Of the vertical part, what the
-    model explains (a payload's weight it learned) stays in the roll-out for the policy to
-    answer through z, as it must in flight; an external vertical force the model does not
-    explain is answered by the observer's thrust feed-forward, so at a level hover at hover
-    thrust it moves nothing."""
+def test_a_force_policy_reads_the_horizontal_force_and_its_roll_out_feeds_the_vertical_forward():
+    """The policy reads only the horizontal part of the force. The vertical part, what the
+    model explains (a payload's weight it learned) and an external push alike, is answered by
+    the observer's thrust feed-forward along body z, as in flight: at any tilt the vehicle
+    meets no vertical force, and the thrust's horizontal share adds to the horizontal one."""
     accel = torch.tensor([1.0, 0.0, -2.5])  # a push and a payload's weight, within the clip
     model = constant_force_model(accel)
     policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
@@ -306,13 +302,19 @@ def test_a_force_policy_reads_the_horizontal_force_and_the_model_keeps_its_weigh
     torch.testing.assert_close(read[:, :2], condition[:, :2])
     torch.testing.assert_close(read[:, 2], torch.zeros(16))
     step = trainer.dynamics.bind_latent(condition)
+    tilt = torch.zeros(16, 3)
+    tilt[:, 0] = torch.linspace(-0.4, 0.4, 16)  # roll from -23 to 23 degrees
+    state = hover_state((16,))
+    state[:, QUAT] = exp_map(tilt)
+    action = torch.tensor([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]).expand(16, -1)
     with torch.no_grad():
-        hover = hover_state((16,))
-        action = torch.tensor([VEHICLE.hover_thrust_n, 0.0, 0.0, 0.0]).expand(16, -1)
-        dv = step(hover, action)[:, 7:10] - model.prior(hover, action)[:, 7:10]
+        dv = step(state, action)[:, 7:10] - model.prior(state, action)[:, 7:10]
     force_n = dv * VEHICLE.mass_kg / model.prior.config.dt_s
-    torch.testing.assert_close(force_n[:, :2], condition[:, :2], atol=1e-3, rtol=1e-3)
-    torch.testing.assert_close(force_n[:, 2], model_n[2].expand(16), atol=1e-3, rtol=1e-3)
+    along = body_z_axis(state[:, QUAT])
+    along = along / along[:, 2:]  # thrust per newton of lift
+    expected_n = condition[:, :3] - condition[:, 2:3] * along
+    torch.testing.assert_close(force_n[:, 2], torch.zeros(16), atol=1e-3, rtol=0)
+    torch.testing.assert_close(force_n, expected_n, atol=1e-3, rtol=1e-3)
 
 
 def test_a_force_policy_trains_on_the_condition_with_its_force():

@@ -109,9 +109,10 @@ def run_gates(
     delay = model.config.action_delay_ticks or v.delay_ticks
 
     # what a force observer reads under the conditions the rollouts fly (policies with a force
-    # input read it, whichever latent they read; the others never do); the model there
-    # explains all of it, so nothing is fed forward
-    observed_n, known_n = None, None
+    # input read it, whichever latent they read; the others never do); the vertical force
+    # the observer feeds forward is the residual's, which ``dynamics`` cancels as it did in
+    # the candidate's training
+    observed_n = None
     if policy.force_dim or active.policy.force_dim:
         known_n = model_hover_force_n(model, eval_set.z_model)
         observed_n = clip_to_observer(known_n, observer_limit_n(vehicle))
@@ -127,7 +128,6 @@ def run_gates(
             dt_s,
             delay,
             observed_n,
-            known_n,
         )
         return float(errors.mean())
 

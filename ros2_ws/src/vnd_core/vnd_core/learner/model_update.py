@@ -173,8 +173,15 @@ def train_candidate(
 
 
 def gate_dynamics(fitted: FittedModel, trained: TrainedPolicy, components: str) -> Dynamics:
-    """The dynamics the gates roll the candidate out on: the policy's training dynamics."""
-    return anchored_dynamics(fitted.model, trained.bound, components, trust_region=trained.region)
+    """The dynamics the gates roll the candidate out on: the policy's training dynamics (the
+    external forces of a force-input policy's training aside)."""
+    return anchored_dynamics(
+        fitted.model,
+        trained.bound,
+        components,
+        trust_region=trained.region,
+        vertical_fed_forward=bool(trained.policy.force_dim),
+    )
 
 
 def improvement_basis(

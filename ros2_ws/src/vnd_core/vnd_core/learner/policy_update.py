@@ -31,8 +31,8 @@ force the dynamics add to prior ⊕ D(., ., z) (:class:`ForceTraining`). So the 
 answering what the model has not learned yet (a new condition before its first update, a wind
 stronger than any it has seen), and z tells it what the model knows of the condition. As in
 flight, it reads the horizontal part of that force, and its actions reach the roll-out with the
-observer's thrust feed-forward of the vertical force the model does not explain
-(:func:`forced_dynamics`).
+observer's thrust feed-forward of the vertical force the prior does not explain, the residual's
+(:func:`anchored_dynamics`) and the external force's (:func:`forced_dynamics`).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from vnd_core.force_observer import (
     model_hover_force_n,
     observer_limit_n,
     with_thrust_feedforward,
+    with_vertical_fed_forward,
 )
 from vnd_core.policy import ObservationBuilder, PolicyNet
 from vnd_core.state import QUAT
@@ -139,14 +140,20 @@ def on_model_trainer(
         )
     if not 0.0 <= anchor_fraction < 1.0:
         raise ValueError(f"anchor_fraction must be within [0, 1), got {anchor_fraction}")
-    dynamics = anchored_dynamics(model, residual_bound, components, trust_region=trust_region)
+    dynamics = anchored_dynamics(
+        model,
+        residual_bound,
+        components,
+        trust_region=trust_region,
+        vertical_fed_forward=bool(policy.force_dim),
+    )
     sampler = anchored_latent(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
     if policy.force_dim:
         hover = HoverForce(model)
         sampler = with_force(sampler, FORCE_TRAINING, hover)
-        dynamics = forced_dynamics(dynamics, hover, observer_limit_n(vehicle))
+        dynamics = forced_dynamics(dynamics, hover)
     trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
     if policy.force_dim:
         trainer.builder = ObservedForceInput(trainer.builder, observer_limit_n(vehicle))
@@ -226,28 +233,24 @@ class ObservedForceInput(ObservationBuilder):
         return torch.cat([read, condition[:, force.shape[1] :]], dim=1)
 
 
-def forced_dynamics(
-    dynamics: LatentBoundDynamics, hover: HoverForce, limit_n: float
-) -> LatentBoundDynamics:
+def forced_dynamics(dynamics: LatentBoundDynamics, hover: HoverForce) -> LatentBoundDynamics:
     """``dynamics`` under a condition (B, 3 + nz) of :func:`with_force`: the z part drives
     ``dynamics``, and the force input minus the model's force at hover as the observer reads
     it (``hover``) is an external world-frame force (N) on the nominal mass, held over each
     tick. The actions reach the vehicle as the flight sends them: with the observer's thrust
-    feed-forward of the force its reading (the force input clipped to ``limit_n``) holds beyond
-    the model's force at hover, the part no model explains
-    (:func:`~vnd_core.force_observer.with_thrust_feedforward`)."""
+    feed-forward of that force's vertical part
+    (:func:`~vnd_core.force_observer.with_thrust_feedforward`; ``dynamics`` cancels the
+    residual's own, :func:`anchored_dynamics`)."""
     vehicle = hover.vehicle
 
     def bind_latent(condition: torch.Tensor) -> Step:
         z = condition[:, 3:]
         inner = dynamics.bind_latent(z)
-        known_n = hover(z)
-        accel = (condition[:, :3] - known_n) / vehicle.mass_kg
-        delta = constant_accel_delta(accel, hover.dt_s)
-        unexplained_n = clip_to_observer(condition[:, :3], limit_n) - known_n
+        external_n = condition[:, :3] - hover(z)
+        delta = constant_accel_delta(external_n / vehicle.mass_kg, hover.dt_s)
 
         def step(state: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-            sent = with_thrust_feedforward(action, unexplained_n, state[:, QUAT], vehicle)
+            sent = with_thrust_feedforward(action, external_n, state[:, QUAT], vehicle)
             return inner(state, sent) + delta
 
         return step
@@ -351,12 +354,15 @@ def anchored_dynamics(
     prior_at_zero: bool = True,
     *,
     trust_region: TrustRegion,
+    vertical_fed_forward: bool = False,
 ) -> LatentBoundDynamics:
     """``prior ⊕ mask · clip(D(project(s, a), z), ±residual_bound)`` of the frozen ``model``
     (``mask`` from :data:`COMPONENT_MASKS`, ``project`` clamps the dynamics inputs to
     ``trust_region``: the region of the data the model was fitted on); with ``prior_at_zero``
     the bare prior for rows whose z is exactly 0 (the anchors; a latent-free model is trained
-    with z = 0 and passes False).
+    with z = 0 and passes False). With ``vertical_fed_forward`` the residual's vertical force
+    is cancelled by the observer's thrust feed-forward, as a policy with a force input flies
+    (:func:`~vnd_core.force_observer.with_vertical_fed_forward`).
     Shapes: state (B, 13), action (B, 4), z (B, nz)."""
     mask = torch.tensor(COMPONENT_MASKS[check_components(components)])
     model.frozen_dynamics()  # freezes the weights; gradients still flow into state and action
@@ -375,6 +381,8 @@ def anchored_dynamics(
             if residual_bound is not None:
                 residual = residual.clamp(-residual_bound, residual_bound)
             residual = residual * mask
+            if vertical_fed_forward:
+                residual = with_vertical_fed_forward(residual, state[:, QUAT])
             corrected = compose(prior_next, residual, components)  # forces only: rotation kept
             return corrected if anchored is None else torch.where(anchored, prior_next, corrected)
 

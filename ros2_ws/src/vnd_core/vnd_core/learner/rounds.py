@@ -114,7 +114,11 @@ class ImprovementRounds:
         beyond cost failed, so the next round starts again from the active policy."""
         c = self.config
         dynamics = anchored_dynamics(
-            basis.model, basis.bound, c.residual_components, trust_region=basis.region
+            basis.model,
+            basis.bound,
+            c.residual_components,
+            trust_region=basis.region,
+            vertical_fed_forward=bool(candidate.force_dim),
         )
         reason, checks = gates(candidate, dynamics, basis.model, basis.dataset)
         metrics["validation"] = checks

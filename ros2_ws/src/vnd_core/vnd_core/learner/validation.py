@@ -299,7 +299,7 @@ def rollout_errors(
     dt_s: float,
     delay_ticks: int = 1,
     force_n: torch.Tensor | None = None,
-    known_n: torch.Tensor | None = None,
+    feedforward_n: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean position error (R,) [m] per rollout of ``policy`` (reading ``policy_z`` (R, nz))
     tracking the eval references on ``dynamics`` (the learned model as the policy was trained
@@ -308,9 +308,9 @@ def rollout_errors(
     represent it); errors capped at the crash distance, a non-finite state counts as a crash.
     A policy with a force input flies with the observer's reading ``force_n`` (R, 3) under
     ``dynamics`` (None: zero, right for the bare prior) as in flight: it reads the horizontal
-    part, and its commands go out with the thrust feed-forward of the vertical part its
-    bundle's model does not explain (``known_n`` (R, 3): that model's force at hover; None:
-    no model); its history keeps its own commands."""
+    part, and its commands go out with the thrust feed-forward of the vertical part of
+    ``feedforward_n`` (R, 3), the force the prior does not explain there (None: none, for
+    dynamics that cancel it themselves); its history keeps its own commands."""
     state = eval_set.initial.clone()
     r = state.shape[0]
     n_prev = policy.config.n_prev_actions
@@ -318,9 +318,8 @@ def rollout_errors(
     crashed = torch.zeros(r, dtype=torch.bool)
     total = torch.zeros(r)
     in_flight = [policy.action_offset.expand(r, 4)] * delay_ticks  # commands not applied yet
-    feedforward_n = None
-    if policy.force_dim and force_n is not None:
-        feedforward_n = force_n if known_n is None else force_n - known_n
+    if not policy.force_dim:
+        feedforward_n = None
     read_n = None if force_n is None or not policy.force_dim else left_to_policy_n(force_n)
     condition = policy.observation.condition(policy_z, read_n)
     for k in range(ticks):
@@ -351,16 +350,16 @@ def _both_costs(
     dt_s: float,
     delay_ticks: int,
     force_n: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
-    known_n: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    feedforward_n: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Mean rollout error [m] of the candidate (reading the new model's latents) and of the
     active policy (reading its own) on ``eval_set`` under ``dynamics``; force-input policies
-    read ``force_n`` (candidate's, active's; :func:`rollout_errors`), of which their models
-    explain ``known_n``."""
+    read ``force_n`` (candidate's, active's) and fly with the feed-forward of
+    ``feedforward_n`` (:func:`rollout_errors`)."""
     figures = {}
-    for name, policy, z, read, known in (
-        ("candidate", candidate, eval_set.z_model, force_n[0], known_n[0]),
-        ("active", active, eval_set.z_active, force_n[1], known_n[1]),
+    for name, policy, z, read in (
+        ("candidate", candidate, eval_set.z_model, force_n[0]),
+        ("active", active, eval_set.z_active, force_n[1]),
     ):
         errors = rollout_errors(
             policy,
@@ -372,7 +371,7 @@ def _both_costs(
             dt_s,
             delay_ticks,
             read,
-            known,
+            feedforward_n,
         )
         figures[name] = float(errors.mean())
     return figures
@@ -417,9 +416,9 @@ def observed_force_regression(
 ) -> tuple[str | None, dict]:
     """Gate 5b: (reason or None, figures) of both policies holding position in ``eval_set``'s
     station-keeping rollouts on the prior corrected by each window's mean prior error, reading
-    the force an observer reads there (policies with a force input); the vertical force their
-    ``models`` (candidate's, active's; None: none) do not explain goes out as thrust
-    feed-forward, as in flight."""
+    the force the observer of their bundle's ``models`` (candidate's, active's; None: none)
+    reads there (policies with a force input); the vertical force the prior does not explain
+    goes out as thrust feed-forward, as in flight."""
     eval_set = eval_set.subset(eval_set.holds)
     figures: dict = {"windows": len(eval_set.holds)}
     if figures["windows"] == 0:
@@ -430,14 +429,14 @@ def observed_force_regression(
         COMPONENT_MASKS["translational"]
     )
     limit_n = observer_limit_n(vehicle)
-    reads, knowns = [], []
-    for model, z, residual in (
-        (models[0], eval_set.z_model, eval_set.model_residual),
-        (models[1], eval_set.z_active, eval_set.active_residual),
-    ):
-        read_n, known_n = observer_reading(vehicle, dt_s, eval_set, model, z, residual)
-        reads.append(clip_to_observer(read_n, limit_n))
-        knowns.append(known_n)
+    reads = [
+        clip_to_observer(observer_reading(vehicle, dt_s, eval_set, model, z, residual), limit_n)
+        for model, z, residual in (
+            (models[0], eval_set.z_model, eval_set.model_residual),
+            (models[1], eval_set.z_active, eval_set.active_residual),
+        )
+    ]
+    prior_error_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
 
     def pushed(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return apply_residual(prior(state, action), correction)
@@ -452,7 +451,7 @@ def observed_force_regression(
             dt_s,
             delay_ticks,
             (reads[0], reads[1]),
-            (knowns[0], knowns[1]),
+            clip_to_observer(prior_error_n, limit_n),
         )
     )
     allowed = figures["active"] * (1.0 + config.force_margin_frac) + config.force_margin_m
@@ -472,10 +471,10 @@ def observer_reading(
     model: VNDModel | None,
     z: torch.Tensor,
     residual: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+) -> torch.Tensor:
     """What a flight's observer reads (R, 3) in ``eval_set``'s windows with a bundle's
     ``model`` under latents ``z`` (R, nz) whose mean residual over each window is
-    ``residual`` (R, 12), and the model's force at hover (R, 3) (None without a model).
+    ``residual`` (R, 12).
 
     The observer predicts with the prior plus the model's motion (its residual less its
     residual at hover), so it reads the force at hover plus what the model misses in the
@@ -483,9 +482,9 @@ def observer_reading(
     force at hover. Without a model it reads the window's mean prior error."""
     error_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
     if model is None or residual is None:
-        return error_n, None
+        return error_n
     known_n = model_hover_force_n(model, z)
-    return error_n - vehicle.mass_kg * residual[:, RES_VEL] / dt_s + known_n, known_n
+    return error_n - vehicle.mass_kg * residual[:, RES_VEL] / dt_s + known_n
 
 
 def model_worse_than_prior(
