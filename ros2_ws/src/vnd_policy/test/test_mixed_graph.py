@@ -114,7 +114,8 @@ def test_sim_on_one_backend_flown_by_control_nodes_on_the_other(harness, sim_mw,
         first, last = sim_counters[0], sim_counters[-1]
         window_s = (last["scenario_time_ms"] - first["scenario_time_ms"]) / 1e3
         applied = last["commands"] - first["commands"]
-        assert last["started"] == 1 and window_s > 1.0, sim_counters
+        # two 1 Hz statuses a stall left alone in the window are exactly a period apart
+        assert last["started"] == 1 and window_s >= 1.0, sim_counters
         assert applied >= POLICY_SHARE * COMMAND_RATE_HZ * window_s, (applied, window_s, last)
     finally:
         peer.close()
