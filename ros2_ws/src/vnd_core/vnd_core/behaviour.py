@@ -268,18 +268,16 @@ def fly_envelope(bundle: Bundle, config: BehaviourCheckConfig) -> tuple[Behaviou
         del history[: -lag - 1]
         if not use_model:
             state = prior(state, applied)
-        elif shared_prior:
-            predicted = prior(state, applied)
-            residual = model.residual_correction(state[s:], applied[s:], z_model)
-            if fed_forward:
-                residual = with_vertical_fed_forward(residual, state[s:, QUAT])
-            state = torch.cat([predicted[:s], compose(predicted[s:], residual, components)])
         else:
-            own = model.prior(state[s:], applied[s:])
             residual = model.residual_correction(state[s:], applied[s:], z_model)
             if fed_forward:
                 residual = with_vertical_fed_forward(residual, state[s:, QUAT])
-            state = torch.cat([prior(state[:s], applied[:s]), compose(own, residual, components)])
+            if shared_prior:
+                predicted = prior(state, applied)
+                nominal, own = predicted[:s], predicted[s:]
+            else:
+                nominal, own = prior(state[:s], applied[:s]), model.prior(state[s:], applied[s:])
+            state = torch.cat([nominal, compose(own, residual, components)])
         states.append(state)
         actions.append(action)
     margin = torch.ones(b)

@@ -119,15 +119,7 @@ def run_gates(
 
     def cost(p: PolicyNet, z: torch.Tensor) -> float:  # mean position error [m]
         errors = rollout_errors(
-            p,
-            z,
-            dynamics,
-            eval_set,
-            v.eval_ticks,
-            v.crash_distance_m,
-            dt_s,
-            delay,
-            observed_n,
+            p, z, dynamics, eval_set, v.eval_ticks, v.crash_distance_m, dt_s, delay, observed_n
         )
         return float(errors.mean())
 

@@ -436,7 +436,8 @@ def observed_force_regression(
             (models[1], eval_set.z_active, eval_set.active_residual),
         )
     ]
-    prior_error_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
+    # the feed-forward answers what an observer without a model reads: the prior's error
+    prior_error_n = observer_reading(vehicle, dt_s, eval_set, None, eval_set.z_model, None)
 
     def pushed(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return apply_residual(prior(state, action), correction)
