@@ -53,8 +53,8 @@ def hover(
     """Hold the hover on the true plant for ``SECONDS``, the commands sent to the observer
     with a learned ``motion`` (None: the prior alone); per tick: the position error (N,) in
     m, the height error (N,) in m, the observer's rate offset (N, 3), the true one (N, 3): the
-    body rates the vehicle turns at beyond the rates it was sent, and how far it turns beyond
-    the rates the controller asked for (N, 3)."""
+    body rates the vehicle turns at beyond the rates it was sent, how far it turns beyond
+    the rates the controller asked for (N, 3), and the force a policy would read (N, 3)."""
     scenario = hover_scenario(efficiency, payload_kg)
     plant = TruePlant(VEHICLE, scenario, 1, seed=0)
     plant.reset(scenario.start_state(1))
@@ -63,6 +63,7 @@ def hover(
     keys = ("error_m", "height_error_m", "offset_radps", "true_offset_radps")
     out: dict[str, list] = {key: [] for key in keys}
     out["beyond_asked_radps"] = []
+    out["read_force_n"] = []
     for _ in range(round(SECONDS / 0.02)):
         measured = plant.measure()
         observer.observe(measured[0].double().numpy())
@@ -80,6 +81,7 @@ def hover(
         rates = state[0, OMEGA].double().numpy()
         out["true_offset_radps"].append(rates - sent[1:])
         out["beyond_asked_radps"].append(rates - action[1:])
+        out["read_force_n"].append(observer.policy_force_n())
     return {key: np.array(value) for key, value in out.items()}
 
 
@@ -136,6 +138,45 @@ def test_the_thrust_feedforward_holds_a_weight_the_model_has_learned(tracking_co
     sag_m = -plain["height_error_m"][settled].mean()
     assert abs(learned["height_error_m"][settled].mean()) < 0.15 * sag_m
     assert learned["error_m"][settled].mean() < 0.005
+
+
+class RateCommandModel(VNDModel):
+    """A learned model fitted to compensated flight under a torque: its horizontal force is
+    zero at the commands that flight sent, ``-offset_radps`` at hover, and grows with the
+    commanded roll and pitch rates away from them (``newton_per_radps``), as a network that
+    reads the commands may extrapolate."""
+
+    def __init__(self, offset_radps: np.ndarray, newton_per_radps: float) -> None:
+        super().__init__(VEHICLE, VNDModelConfig())
+        self.offset_radps = torch.as_tensor(offset_radps, dtype=torch.float32)
+        self.newton_per_radps = newton_per_radps
+
+    def residual_correction(
+        self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor
+    ) -> torch.Tensor:
+        out = torch.zeros(*action.shape[:-1], 12)
+        away_radps = action[..., 1:3] + self.offset_radps[:2]
+        dv_per_newton = self.config.dt_s / VEHICLE.mass_kg
+        out[..., RES_VEL.start : RES_VEL.start + 2] = (
+            self.newton_per_radps * dv_per_newton * away_radps
+        )
+        return out
+
+
+def test_the_models_force_is_read_at_the_commands_flight_sends(tracking_controller):
+    """Ground truth: the weak rotor adds no horizontal force. A learned model that explains
+    the compensated flight (no force at the commands sent) but reads a force at uncompensated
+    commands must not make the observer report one: the model's force at hover is taken at
+    the hover command that flight sends, its rate compensation included."""
+    truth = hover(tracking_controller, 0.75, compensate=False)["true_offset_radps"][-50:].mean(0)
+    model = RateCommandModel(truth, newton_per_radps=0.1)
+    uncompensated_hover_n = 0.1 * np.linalg.norm(truth[:2])
+    assert uncompensated_hover_n > 0.1  # what the model reads at commands without the offset
+    motion = LearnedMotion(model).bind(np.zeros(model.latent_dim, dtype=np.float32))
+    learned = hover(tracking_controller, 0.75, compensate=True, motion=motion)
+    read_n = learned["read_force_n"][-50:].mean(0)
+    assert np.linalg.norm(read_n) < 0.2 * uncompensated_hover_n
+    assert learned["error_m"][-100:].mean() < 0.01
 
 
 def test_compensation_does_not_feed_back_into_the_estimate(tracking_controller):

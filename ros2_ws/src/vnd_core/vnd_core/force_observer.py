@@ -40,6 +40,13 @@ zero. The loop model is deliberately not the prior's single rate time constant: 
 misses the motors' and turns every manoeuvre into a transient offset, and compensating that
 noise costs tracking.
 
+A model fitted to compensated flight has seen, at hover, the commands that flight sends: body
+rates of minus the offset. Its force at hover is therefore taken at that command
+(:class:`Motion` gets the compensation with each call). The same network at uncompensated
+hover commands reads a force the vehicle never met there (0.12-0.15 N on a weak rotor), which
+the policy would answer as a real one and hold the vehicle about a centimetre off its point.
+Without a torque the compensation is near zero and the hover point is the level hover.
+
 :meth:`compensate` also answers the vertical force the prior does not explain, measured where
 the vehicle flies: beside the estimate, the observer filters the prior's own error (the
 force the prior alone misses, learned model or not; :meth:`feedforward_force_n`), and adds the
@@ -198,7 +205,7 @@ class ForceObserver:
             prior_error = (measured[VEL] - predicted) / self.dt_s
             known = np.zeros(3)
             if motion is not None:
-                predicted = predicted + motion(previous, action)
+                predicted = predicted + motion(previous, action, -self.rate_offset_radps)
                 known = motion.hover_accel_mps2
             raw = (measured[VEL] - predicted) / self.dt_s - known
             self._ticks += 1
@@ -360,7 +367,8 @@ class RateLoopModel:
 
 class LearnedMotion:
     """What a learned model's residual adds for the vehicle's motion (module docstring):
-    D(s, a, z) minus D at hover (level, at rest, hover thrust), velocity part, world frame.
+    D(s, a, z) minus D at hover (level, at rest, hover thrust, the body rates flight sends
+    there), velocity part, world frame.
 
     The residual is evaluated as the bundle stores it: the band of the replay that the
     learner's training held its inputs to is not part of a bundle. Far outside the flights it
@@ -388,13 +396,20 @@ class Motion:
         self.latent = latent  # (1, nz)
         self.hover_accel_mps2 = np.zeros(3)
 
-    def __call__(self, state: np.ndarray, action: np.ndarray) -> np.ndarray:
-        """The velocity change (3,) of ``state`` (13,), ``action`` (4,) (class docstring)."""
+    def __call__(
+        self, state: np.ndarray, action: np.ndarray, hover_rates_radps: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The velocity change (3,) of ``state`` (13,), ``action`` (4,) (class docstring).
+
+        ``hover_rates_radps`` (3,): the body rates the flight commands at hover, the rate
+        compensation it sends (module docstring); zero when None."""
         learned = self.learned
         states = torch.cat([torch.as_tensor(state, dtype=torch.float32)[None], learned.hover_state])
-        actions = torch.cat(
-            [torch.as_tensor(action, dtype=torch.float32)[None], learned.hover_action]
-        )
+        hover_action = learned.hover_action
+        if hover_rates_radps is not None:
+            hover_action = hover_action.clone()
+            hover_action[0, RATES] = torch.as_tensor(hover_rates_radps, dtype=torch.float32)
+        actions = torch.cat([torch.as_tensor(action, dtype=torch.float32)[None], hover_action])
         with torch.inference_mode():
             dv = learned.model.residual_correction(states, actions, self.latent)[:, RES_VEL]
         dv = dv.double()
