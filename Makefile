@@ -46,7 +46,7 @@ test: setup ros
 	$(ROS_ENV) && $(PY) -m pytest -q ; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests collected: failing"; exit 1; fi; exit $$rc
 
 demo: setup
-	$(VENV)/bin/vnd fly --scenario recurring_wind
+	$(VENV)/bin/vnd fly --scenario recurring_wind --start observer
 
 # Each benchmark's output (its last line is one JSON object) goes to runs/bench/<stamp>/ (not
 # tracked by git); benchmarks/README.md says which figure each one gives. one_update.py needs a

@@ -53,6 +53,8 @@ METADATA_KEY = "vnd_bundle"
 POLICY_PREFIX = "policy."
 MODEL_PREFIX = "model."
 SHIPPED_BUNDLE = "base_agile.safetensors"  # file name of the base bundle in vnd_core/data
+# the force-observer start bundle (vnd train-observer from the base bundle), in vnd_core/data
+OBSERVER_BUNDLE = "observer_agile.safetensors"
 _OPTIONAL_TEXT_FIELDS = ("parent_sha256", "lineage")  # absent in older bundles: ""
 _REQUIRED_FIELDS = {
     "format_version": int,
@@ -74,6 +76,12 @@ def shipped_bundle_path() -> Path:
     """Path of the base bundle shipped as package data of vnd_core (what the flight nodes
     start on when no bundle is configured)."""
     return Path(str(resources.files("vnd_core") / "data" / SHIPPED_BUNDLE))
+
+
+def shipped_observer_bundle_path() -> Path:
+    """Path of the shipped force-observer start bundle: the base policy fine-tuned with domain
+    randomisation and then with the observer's force as an input (``vnd train-observer``)."""
+    return Path(str(resources.files("vnd_core") / "data" / OBSERVER_BUNDLE))
 
 
 @dataclass

@@ -1,46 +1,69 @@
-"""The base bundle's error on a flown scenario: what the report's conditions are compared with.
+"""The references a flown scenario is compared with: the shipped base bundle and, when the
+flight started from another bundle, that start bundle.
 
-A learning flight is judged against the bundle it started from: the report compares the last
-occurrence of each condition with the start bundle flying the same scenario, seed and
-disturbances. That reference is flown in simulated time on the same true plant
-(:func:`vnd_core.evaluation.continual_loop.run_method`, no learning), so it costs seconds
-instead of a second flight of the stack; it has none of the stack's transport delays, which
-favours the reference.
+A learning flight is judged against what it would have flown without learning: the report
+compares the last occurrence of each condition with the shipped base bundle flying the same
+scenario, seed and disturbances, and, when the flight started from another bundle (the
+force-observer start ``make demo`` flies, a ``vnd eval`` dr bundle), with that start bundle too.
+Each reference is flown in simulated time on the same true plant
+(:func:`vnd_core.evaluation.continual_loop.run_method`, no learning, a force-input policy with
+its observer in the loop), so it costs seconds instead of a second flight of the stack; it has
+none of the stack's transport delays, which favours the reference.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from vnd_tools.flight_report import PhaseResult, phase_results
 
 
-def base_phases(
+def reference_phases(
+    meta: dict[str, Any],
+    spans: Sequence[tuple[str, float, float]],
+    reference_period_s: float | None,
+) -> dict[str, list[PhaseResult]]:
+    """Per-phase results of the references of a flight (``meta``: the run's
+    flight_meta.json), flown in simulated time: ``"base"`` the shipped base bundle, and
+    ``"start"`` the bundle the flight started from when that is another file."""
+    import torch
+    from vnd_core.bundle import shipped_bundle_path
+
+    torch.set_num_threads(1)
+    shipped = shipped_bundle_path()
+    start = (meta.get("launch_args") or {}).get("bundle")
+    paths = {"base": shipped}
+    if start and Path(start).resolve() != shipped.resolve():
+        paths["start"] = Path(start)
+    return {
+        name: _flown_phases(path, meta, spans, reference_period_s) for name, path in paths.items()
+    }
+
+
+def _flown_phases(
+    bundle_path: Path,
     meta: dict[str, Any],
     spans: Sequence[tuple[str, float, float]],
     reference_period_s: float | None,
 ) -> list[PhaseResult]:
-    """Per-phase results of the flight's start bundle on its scenario and seed (``meta``: the
-    run's flight_meta.json), flown in simulated time."""
-    import torch
-    from vnd_core.bundle import load_bundle, shipped_bundle_path
+    """Per-phase results of ``bundle_path`` flying the flight's scenario and seed."""
+    from vnd_core.bundle import load_bundle
     from vnd_core.evaluation.continual_loop import Method, run_method
     from vnd_core.scenario import load_scenario
 
-    torch.set_num_threads(1)
-    bundle_path = (meta.get("launch_args") or {}).get("bundle") or shipped_bundle_path()
     bundle = load_bundle(bundle_path)
     scenario = load_scenario(meta["scenario_arg"])
-    run = run_method(Method("base", bundle), scenario, seed=int(meta.get("seed", 0)))
+    run = run_method(Method("reference", bundle), scenario, seed=int(meta.get("seed", 0)))
     return phase_results(run.time_s, run.error_m, spans, reference_period_s)
 
 
 def against_base(
     phases: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """For each condition, its last occurrence in the flight against the base bundle's error
-    on that same span (both as report.json phase rows): ``reduction`` = 1 - flight / base
+    """For each condition, its last occurrence in the flight against a reference's error on
+    that same span (both as report.json phase rows): ``reduction`` = 1 - flight / base
     (0.6 = 60 % lower)."""
     rows = []
     for name in dict.fromkeys(p["name"] for p in phases):

@@ -20,6 +20,10 @@ EXIT_BROKEN_PIPE = 141
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train-base": ("vnd_tools.commands.train_base", "train the base policy on the nominal model"),
+    "train-observer": (
+        "vnd_tools.commands.train_observer",
+        "train the force-observer start bundle (dr, then dob) from a base bundle",
+    ),
     "sim": ("vnd_tools.commands.sim", "fly one closed-loop episode of the true plant in-process"),
     "eval": ("vnd_tools.commands.eval", "compare adaptation methods on the disturbance scenarios"),
     "learn": ("vnd_tools.commands.learn", "fit the VND model and policy from recorded replay bags"),

@@ -32,7 +32,7 @@ def write_report(run_dir: Path) -> str:
     summary table."""
     from vnd_tools import flight_report as fr
     from vnd_tools import flight_report_files
-    from vnd_tools.base_reference import against_base, base_phases
+    from vnd_tools.base_reference import against_base, reference_phases
 
     meta = json.loads((run_dir / META_FILE).read_text())
     inputs = read_flight(run_dir / "bag", meta["vehicle"])
@@ -75,9 +75,10 @@ def write_report(run_dir: Path) -> str:
         extra=extra,
         reference_period_s=period_s,
     )
-    base = [p.as_json() for p in base_phases(meta, spans, period_s)]
-    report.data["base_phases"] = base
-    report.data["against_base"] = against_base(report.data["phases"], base)
+    for name, phases in reference_phases(meta, spans, period_s).items():
+        reference = [p.as_json() for p in phases]
+        report.data[f"{name}_phases"] = reference
+        report.data[f"against_{name}"] = against_base(report.data["phases"], reference)
     title = f"vnd fly: {meta['scenario']} ({run_dir.name})"
     flight_report_files.write_json(report, run_dir / "report.json")
     flight_report_files.write_markdown(report, run_dir / "report.md", title)

@@ -44,14 +44,15 @@ def summary_table(data: dict[str, Any]) -> str:
             f"{imp['phase']} again vs first: RMSE {_fmt(imp['last_rmse_m'], 4)} m vs "
             f"{_fmt(imp['first_rmse_m'], 4)} m ({100 * abs(change):.0f}% {word})"
         )
-    for row in data.get("against_base") or []:
-        change = row["reduction"]
-        word = "lower" if change >= 0 else "higher"
-        lines.append(
-            f"{row['phase']} (last, from {row['start_s']:.0f} s) vs the base bundle: RMSE "
-            f"{_fmt(row['rmse_m'], 4)} m vs {_fmt(row['base_rmse_m'], 4)} m "
-            f"({100 * abs(change):.0f}% {word})"
-        )
+    for key, label in (("against_base", "the base bundle"), ("against_start", "the start bundle")):
+        for row in data.get(key) or []:
+            change = row["reduction"]
+            word = "lower" if change >= 0 else "higher"
+            lines.append(
+                f"{row['phase']} (last, from {row['start_s']:.0f} s) vs {label}: RMSE "
+                f"{_fmt(row['rmse_m'], 4)} m vs {_fmt(row['base_rmse_m'], 4)} m "
+                f"({100 * abs(change):.0f}% {word})"
+            )
     lat = data["control_latency_ms"]
     lines.append(
         f"control latency p50 {_fmt(lat['p50'], 3)} ms, p99 {_fmt(lat['p99'], 3)} ms "

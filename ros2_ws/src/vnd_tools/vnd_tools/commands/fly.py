@@ -95,7 +95,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-learn", action="store_true", help="record only, no model updates")
     parser.add_argument("--vehicle", default="vnd1", help="vehicle namespace (default vnd1)")
     parser.add_argument("--vehicle-model", default="agile", help="vehicle parameters name")
-    parser.add_argument("--bundle", default="", help="start-up bundle (default: shipped base)")
+    parser.add_argument("--bundle", default="", help="start-up bundle file (overrides --start)")
+    parser.add_argument(
+        "--start",
+        choices=["base", "observer"],
+        default="base",
+        help="shipped bundle to start from: the base policy, or the force-observer policy "
+        "(reads the observer's force, compensates the commands; make demo flies it)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of mocap noise and gusts")
     parser.add_argument(
         "--timeout", type=float, default=0.0, metavar="S", help="give up after S s of wall time"
@@ -153,6 +160,15 @@ def rclpy_problem(env: dict[str, str]) -> str | None:
         f"--middleware needs rclpy, which does not import here ({why}): run `make ros` "
         "(ROS 2 Jazzy from the PyPI wheels into the venv) or source /opt/ros/jazzy/setup.bash"
     )
+
+
+def _shipped_start(start: str) -> str:
+    """The bundle path of ``--start``: '' for the base (the nodes' default), else the file."""
+    if start == "base":
+        return ""
+    from vnd_core.bundle import shipped_observer_bundle_path
+
+    return str(shipped_observer_bundle_path())
 
 
 def run(args: argparse.Namespace) -> int:
@@ -220,7 +236,7 @@ class FlightOptions:
             learn=not args.no_learn,
             vehicle=args.vehicle,
             vehicle_model=args.vehicle_model,
-            bundle=args.bundle,
+            bundle=args.bundle or _shipped_start(args.start),
             seed=args.seed,
             launch_file=args.launch_file,
             timeout_s=args.timeout,
