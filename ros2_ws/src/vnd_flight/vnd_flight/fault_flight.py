@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 from vnd_core.bundle import Bundle
+from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario, load_scenario, scenario_from_mapping
 from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
@@ -34,7 +35,7 @@ from vnd_core.vehicle import VehicleParams
 from vnd_core.wire import Mode
 
 from vnd_flight.blind import tilt_rad
-from vnd_flight.controller import PolicyController
+from vnd_flight.controller import LatentSample, PolicyController
 from vnd_flight.fallback import FallbackController, yaw_of
 from vnd_flight.odometry_faults import FAULTS, OdometryFault
 from vnd_flight.pose_filter import PoseFilter
@@ -145,13 +146,14 @@ def fly_fault(
     sim = SimulatedVehicle(vehicle, scenario, SimulationConfig(), seed=flight.seed)
     pose_filter = PoseFilter(rate_time_constant_s=vehicle.body_rate_time_constant_s)
     controller = PolicyController.create(vehicle, flight.safety, scenario.reference)
-    loop = _Loop(sim, pose_filter, controller, bundle, flight, vehicle)
+    loop = RuntimeLoop(sim, pose_filter, controller, bundle, flight, vehicle)
     loop.run(fault_s, end_s)
     return loop.outcome(fault_s), loop.trace()
 
 
-class _Loop:
-    """The nodes' timing, at 1 ms resolution (see the module docstring)."""
+class RuntimeLoop:
+    """The nodes' timing, at 1 ms resolution (see the module docstring); with an ``encoder``
+    the policy reads its latent (:mod:`vnd_flight.runtime_flight` flies whole scenarios so)."""
 
     min_tick_interval_ns = 18 * NS_PER_MS
     tick_margin_ns = 6 * NS_PER_MS
@@ -165,9 +167,13 @@ class _Loop:
         bundle: Bundle,
         flight: FaultFlight,
         vehicle: VehicleParams,
+        encoder: LatentEstimator | None = None,
     ) -> None:
         self.sim, self.pose_filter, self.controller = sim, pose_filter, controller
         self.bundle, self.flight, self.vehicle = bundle, flight, vehicle
+        # the encoder node's logic on the same odometry and commands (None: z = 0)
+        self.encoder = encoder
+        self.valid_latent_ticks = 0  # ticks that had a valid latent from the encoder
         self.period_ns = round(flight.safety.period_s * NS_PER_S)
         self.odom_queue: list[tuple[int, np.ndarray, int]] = []  # (arrival, state, stamp)
         self.command_queue: list[tuple[int, np.ndarray]] = []  # (arrival, action)
@@ -253,7 +259,7 @@ class _Loop:
         assert self.odom is not None  # the first tick follows the first odometry
         state, stamp = self.odom
         self.ticked_stamp_ns = stamp
-        record = self.controller.tick(now_ns, state, stamp, self.bundle, None)
+        record = self.controller.tick(now_ns, state, stamp, self.bundle, self._latent(now_ns))
         self.controller.after_publish()
         self.tick_times_ns.append(now_ns)
         self.mode_log.append((now_ns, record.mode))
@@ -263,9 +269,29 @@ class _Loop:
                 self.vehicle, self.sim.plant.state[0].double().numpy(), self.fault_origin[1]
             )
         self.pose_filter.set_rate_command(stamp, action[1:])
+        if self.encoder is not None:
+            self.encoder.add_odometry(stamp, state)
+            self.encoder.add_command(stamp, np.asarray(action, dtype=float))
         if record.mode in (Mode.IDLE, Mode.DISARMED) and not self.sim.started:
             return  # the simulated vehicle starts on the first flying command (as its node)
         self.command_queue.append((now_ns + self.transport_ns, np.asarray(action, dtype=float)))
+
+    def _latent(self, now_ns: int) -> LatentSample | None:
+        """The encoder's newest latent as the policy node holds it at a tick: inferred from
+        the context up to the previous tick's odometry and command (the encoder publishes it
+        right after that command; it arrives well before the next odometry)."""
+        if self.encoder is None:
+            return None
+        z = self.encoder.latent()
+        if z is None:
+            return None
+        self.valid_latent_ticks += int(self.encoder.valid)
+        return LatentSample(
+            received_ns=now_ns,
+            encoder_version=self.bundle.version,
+            valid=self.encoder.valid,
+            z=np.asarray(z, dtype=np.float32),
+        )
 
     def trace(self) -> dict[str, np.ndarray]:
         """Scenario time (N,), truth (N, 13), mode (N,), crashed (N,), on_floor (N,)."""

@@ -4,15 +4,12 @@ flight started from another bundle, that start bundle.
 A learning flight is judged against what it would have flown without learning: the report
 compares the last occurrence of each condition with the shipped base bundle flying the same
 scenario, seed and disturbances, and, when the flight started from another bundle (the
-force-observer start ``make demo`` flies, a ``vnd eval`` dr bundle), with that start bundle too.
-Each reference is flown in simulated time on the same true plant
-(:func:`vnd_core.evaluation.continual_loop.run_method`, no learning, a force-input policy with
-its observer in the loop), so it costs seconds instead of a second flight of the stack. It has
-none of the stack's transport delays, and it measures the state as white noise on the true
-state where the stack runs motion capture through its pose filter: which of the two flies a
-bundle better depends on the bundle (the observer start flies worse in simulated time), so the
-start reference is a yardstick, not the flight the stack would have flown without learning
-(``vnd fly --no-learn`` is).
+force-observer start ``make demo`` flies, a ``vnd eval`` dr bundle), with that start too.
+Each reference is flown frozen by the stack's flight runtime in simulated time
+(:func:`vnd_flight.runtime_flight.fly_scenario`: motion capture through the pose filter, the
+encoder, the policy node's controller with its observer, at the nodes' timing), so it costs
+seconds of CPU instead of a second flight of the stack and measures the state as the stack
+does; it has none of the middleware's sub-millisecond transport and none of the host's stalls.
 """
 
 from __future__ import annotations
@@ -54,13 +51,13 @@ def _flown_phases(
 ) -> list[PhaseResult]:
     """Per-phase results of ``bundle_path`` flying the flight's scenario and seed."""
     from vnd_core.bundle import load_bundle
-    from vnd_core.evaluation.continual_loop import Method, run_method
     from vnd_core.scenario import load_scenario
+    from vnd_flight.runtime_flight import fly_scenario
 
-    bundle = load_bundle(bundle_path)
-    scenario = load_scenario(meta["scenario_arg"])
-    run = run_method(Method("reference", bundle), scenario, seed=int(meta.get("seed", 0)))
-    return phase_results(run.time_s, run.error_m, spans, reference_period_s)
+    flight = fly_scenario(
+        load_bundle(bundle_path), load_scenario(meta["scenario_arg"]), int(meta.get("seed", 0))
+    )
+    return phase_results(flight.time_s, flight.error_m, spans, reference_period_s)
 
 
 def against_base(

@@ -1,0 +1,70 @@
+"""A scenario flown by the stack's flight runtime in simulated time, without middleware.
+
+The loop of :mod:`vnd_flight.fault_flight` with no fault and with the encoder: the simulated
+vehicle on its stand with its 100 Hz motion capture, the pose filter, the encoder's latent
+estimator and the policy node's controller (safety filter, force observer, rate
+compensation), at the nodes' timing. It measures the state as the stack does (motion capture
+through the pose filter), so it ranks bundles as the stack ranks them where the evaluation
+loop of ``vnd eval`` (white noise on the true state) does not: docs/results.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from vnd_core.bundle import Bundle
+from vnd_core.latent_estimator import LatentEstimator
+from vnd_core.policy import reference_numpy
+from vnd_core.scenario import Scenario
+from vnd_core.simulation import SimulatedVehicle, SimulationConfig
+from vnd_core.state import POS
+
+from vnd_flight.controller import PolicyController
+from vnd_flight.fault_flight import FaultFlight, RuntimeLoop
+from vnd_flight.pose_filter import PoseFilter
+
+
+@dataclass(frozen=True)
+class RuntimeFlight:
+    """What the vehicle did (ground truth at the motion-capture rate)."""
+
+    time_s: np.ndarray  # (N,) scenario time
+    position_m: np.ndarray  # (N, 3) true position
+    reference_m: np.ndarray  # (N, 3) the scenario's reference position
+    error_m: np.ndarray  # (N,) distance between the two
+    latent_valid: float  # share of the policy's ticks that had a valid latent
+    crashed: bool  # the vehicle crashed
+
+
+def fly_scenario(bundle: Bundle, scenario: Scenario, seed: int = 0) -> RuntimeFlight:
+    """Fly ``scenario`` with ``bundle`` (frozen: no learner) from the stand, its encoder
+    feeding the policy when the bundle has a model."""
+    vehicle = bundle.vehicle
+    flight = FaultFlight(fault="none", seed=seed)
+    encoder = None
+    if bundle.model is not None:
+        encoder = LatentEstimator()
+        encoder.set_model(bundle.model)
+    loop = RuntimeLoop(
+        SimulatedVehicle(vehicle, scenario, SimulationConfig(), seed=seed),
+        PoseFilter(rate_time_constant_s=vehicle.body_rate_time_constant_s),
+        PolicyController.create(vehicle, flight.safety, scenario.reference),
+        bundle,
+        flight,
+        vehicle,
+        encoder=encoder,
+    )
+    loop.run(scenario.duration_s + 1.0, scenario.duration_s)  # the fault "none" never acts
+    trace = loop.trace()
+    time_s, position_m = trace["t_s"], trace["truth"][:, POS]
+    reference_m = reference_numpy(scenario.reference, time_s)[0]
+    ticks = max(len(loop.tick_times_ns), 1)
+    return RuntimeFlight(
+        time_s=time_s,
+        position_m=position_m,
+        reference_m=reference_m,
+        error_m=np.linalg.norm(position_m - reference_m, axis=1),
+        latent_valid=loop.valid_latent_ticks / ticks,
+        crashed=bool(trace["crashed"].any()),
+    )
