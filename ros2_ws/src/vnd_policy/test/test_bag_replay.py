@@ -307,8 +307,28 @@ def _how_commands_differ(
     return (
         f"most commands differ: median |thrust difference| {np.median(np.abs(thrust)):.2e} N "
         f"> {COMMAND_MEDIAN_TOL} N over {len(common)} in-step ticks; {other_z} of them used "
-        f"another z than recorded; the replayed policy {start}"
+        f"another z than recorded; the replayed policy {start}; "
+        f"{_where_inputs_differ(used, transitions, common, first_recorded)}"
     )
+
+
+def _where_inputs_differ(used: dict, transitions: dict, common: list[int], t0_ns: int) -> str:
+    """How far the replayed ticks' inputs (state, reference) and commands (action) were from the
+    recorded ones over the in-step ticks, and when each first differed: a command that departs
+    while the inputs agree points at the policy node's own state (its command history)."""
+    ticks = sorted(s for s in common if s in transitions)
+    parts = []
+    for name in ("state", "reference", "action"):
+        gaps = [
+            float(
+                np.max(np.abs(np.asarray(getattr(transitions[s], name)) - getattr(used[s], name)))
+            )
+            for s in ticks
+        ]
+        first = next((s for s, g in zip(ticks, gaps, strict=True) if g > 1e-9), None)
+        when = f", first at +{(first - t0_ns) / 1e9:.2f} s" if first is not None else ""
+        parts.append(f"{name} differs by up to {max(gaps, default=0.0):.2e}{when}")
+    return "; ".join(parts)
 
 
 def test_replayed_bag_reproduces_latents_and_commands(recorded, nodes):
