@@ -7,8 +7,9 @@ stepped every 2 ms with its 100 Hz motion capture, the pose filter, odometry arr
 stamp, the policy node's event-driven tick (a sample stamped at least ``min_tick_interval_s``
 after the last tick's) and its watchdog deadline (a tick when none came for a period plus
 ``tick_margin_s``, then one per period), and each command reaching the plant 1 ms after the
-tick. The encoder is left out (the policy flies on z = 0), so what is measured is the safety
-layer's own doing.
+tick. The fault flights leave the encoder out (the policy flies on z = 0), so what is
+measured is the safety layer's own doing; :mod:`vnd_flight.runtime_flight` runs the same loop
+with it.
 
 Faults (``vnd_flight.odometry_faults``) act on the odometry from the fault to the end.
 
