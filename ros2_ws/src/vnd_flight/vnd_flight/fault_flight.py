@@ -144,10 +144,7 @@ def fly_fault(
     fault_s = fault_time_s(scenario, flight.warmup_s)
     end_s = fault_s + flight.watch_s
     scenario = replace(scenario, duration_s=max(scenario.duration_s, end_s + 1.0))
-    sim = SimulatedVehicle(vehicle, scenario, SimulationConfig(), seed=flight.seed)
-    pose_filter = PoseFilter(rate_time_constant_s=vehicle.body_rate_time_constant_s)
-    controller = PolicyController.create(vehicle, flight.safety, scenario.reference)
-    loop = RuntimeLoop(sim, pose_filter, controller, bundle, flight, vehicle)
+    loop = RuntimeLoop.on_scenario(vehicle, bundle, scenario, flight)
     loop.run(fault_s, end_s)
     return loop.outcome(fault_s), loop.trace()
 
@@ -186,6 +183,28 @@ class RuntimeLoop:
         self.mode_log: list[tuple[int, Mode]] = []
         self.fault_origin: tuple[np.ndarray, float] | None = None  # (truth, yaw) at the fault
         self.fault_ns = 0  # stamp of the first faulty sample
+
+    @classmethod
+    def on_scenario(
+        cls,
+        vehicle: VehicleParams,
+        bundle: Bundle,
+        scenario: Scenario,
+        flight: FaultFlight,
+        encoder: LatentEstimator | None = None,
+    ) -> RuntimeLoop:
+        """The loop of ``bundle`` on ``scenario``: the simulated vehicle (seeded by
+        ``flight``), a fresh pose filter and the policy node's controller with
+        ``flight.safety``."""
+        return cls(
+            SimulatedVehicle(vehicle, scenario, SimulationConfig(), seed=flight.seed),
+            PoseFilter(rate_time_constant_s=vehicle.body_rate_time_constant_s),
+            PolicyController.create(vehicle, flight.safety, scenario.reference),
+            bundle,
+            flight,
+            vehicle,
+            encoder=encoder,
+        )
 
     def run(self, fault_s: float, end_s: float) -> None:
         """Fly until ``end_s`` of scenario time, the fault from ``fault_s``."""
@@ -283,14 +302,14 @@ class RuntimeLoop:
         right after that command; it arrives well before the next odometry)."""
         if self.encoder is None:
             return None
-        z = self.encoder.latent()
+        z = self.encoder.latent()  # None until the context is full
         if z is None:
             return None
-        self.valid_latent_ticks += int(self.encoder.valid)
+        self.valid_latent_ticks += 1
         return LatentSample(
             received_ns=now_ns,
             encoder_version=self.bundle.version,
-            valid=self.encoder.valid,
+            valid=True,
             z=np.asarray(z, dtype=np.float32),
         )
 

@@ -17,12 +17,9 @@ from vnd_core.bundle import Bundle
 from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario
-from vnd_core.simulation import SimulatedVehicle, SimulationConfig
 from vnd_core.state import POS
 
-from vnd_flight.controller import PolicyController
 from vnd_flight.fault_flight import FaultFlight, RuntimeLoop
-from vnd_flight.pose_filter import PoseFilter
 
 
 @dataclass(frozen=True)
@@ -46,15 +43,7 @@ def fly_scenario(bundle: Bundle, scenario: Scenario, seed: int = 0) -> RuntimeFl
     if bundle.model is not None:
         encoder = LatentEstimator()
         encoder.set_model(bundle.model)
-    loop = RuntimeLoop(
-        SimulatedVehicle(vehicle, scenario, SimulationConfig(), seed=seed),
-        PoseFilter(rate_time_constant_s=vehicle.body_rate_time_constant_s),
-        PolicyController.create(vehicle, flight.safety, scenario.reference),
-        bundle,
-        flight,
-        vehicle,
-        encoder=encoder,
-    )
+    loop = RuntimeLoop.on_scenario(vehicle, bundle, scenario, flight, encoder)
     loop.run(scenario.duration_s + 1.0, scenario.duration_s)  # the fault "none" never acts
     trace = loop.trace()
     time_s, position_m = trace["t_s"], trace["truth"][:, POS]
