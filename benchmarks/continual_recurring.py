@@ -33,6 +33,7 @@ from vnd_core.evaluation.report import phase_updates
 from vnd_core.learner import LearnerConfig
 from vnd_core.learner.settings import parse_assignments, with_overrides
 from vnd_core.scenario import Scenario, load_scenario
+from vnd_flight.evaluation_flight import fly_runtime
 from vnd_tools.flight_report import phase_results
 
 
@@ -80,8 +81,12 @@ def main() -> int:
         "updates": [],
     }
     for seed in range(args.seeds):
-        base_phases = phase_rows(run_method(Method("base", base), scenario, seed), scenario)
-        run = run_method(VNDMethod(base, config), scenario, seed, update_delay_s=args.update_delay)
+        base_phases = phase_rows(
+            run_method(Method("base", base), scenario, seed, fly_runtime), scenario
+        )
+        run = run_method(
+            VNDMethod(base, config), scenario, seed, fly_runtime, update_delay_s=args.update_delay
+        )
         phases = phase_rows(run, scenario)
         wind_a = [p["rmse_m"] for p in phases if p["name"] == "wind_a"]
         improvement = 100.0 * (1.0 - wind_a[-1] / wind_a[0])

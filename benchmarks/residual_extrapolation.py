@@ -51,6 +51,7 @@ from vnd_core.evaluation.continual_loop import (
 from vnd_core.learner.config import LearnerConfig
 from vnd_core.scenario import load_scenario
 from vnd_core.vnd.model import VNDModel
+from vnd_flight.evaluation_flight import fly_runtime
 
 FIRST_TICKS = 250  # the constant residual's fitting span: the condition's first 5 s at 50 Hz
 VEL_SLICE = slice(6, 9)  # the velocity components of the 12-component residual
@@ -172,10 +173,12 @@ def main() -> None:
     torch.set_num_threads(1)
     config = LearnerConfig.standard()
     scenario, probe = load_scenario(args.scenario), load_scenario(args.probe)
-    learned = run_method(VNDMethod(load_bundle(shipped_bundle_path()), config), scenario, args.seed)
+    learned = run_method(
+        VNDMethod(load_bundle(shipped_bundle_path()), config), scenario, args.seed, fly_runtime
+    )
     print(f"{args.scenario} flown in {learned.wall_s:.0f} s", file=sys.stderr)
     bundle = learned.final_bundle
-    frozen = run_method(Method("frozen", bundle, LATENT_ENCODER), probe, args.seed)
+    frozen = run_method(Method("frozen", bundle, LATENT_ENCODER), probe, args.seed, fly_runtime)
     print(f"{args.probe} flown frozen in {frozen.wall_s:.0f} s", file=sys.stderr)
     model = bundle.model
     if model is None:

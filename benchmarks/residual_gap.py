@@ -48,6 +48,7 @@ from vnd_core.trainer_config import LatentBoundDynamics, Step
 from vnd_core.vehicle import VehicleParams
 from vnd_core.vnd.data import TransitionDataset
 from vnd_core.vnd.model import EncodedLatents, VNDModel
+from vnd_flight.evaluation_flight import fly_runtime
 
 ROLLOUT_WINDOWS = 12  # training windows rolled out (the policy is a copy and is not kept)
 WARMUP_WINDOWS = 2  # windows left out of the rollout means (staggered episode starts)
@@ -165,7 +166,7 @@ def main() -> None:
     base = load_bundle(shipped_bundle_path())
     config = LearnerConfig.standard()
     method = VNDMethod(base, config)
-    run = run_method(method, scenario, args.seed)
+    run = run_method(method, scenario, args.seed, fly_runtime)
     print(f"flown in {run.wall_s:.0f} s", file=sys.stderr)
     bundle = run.final_bundle
     model = bundle.model

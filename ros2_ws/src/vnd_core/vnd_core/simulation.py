@@ -116,6 +116,11 @@ class SimulatedVehicle:
         return self._start_ns is not None
 
     @property
+    def start_ns(self) -> int | None:
+        """Clock time [ns] of scenario time 0 (None before the start)."""
+        return self._start_ns
+
+    @property
     def time_s(self) -> float:
         """Scenario time integrated so far [s] (0 before the start)."""
         return self._step / self._physics_rate_hz

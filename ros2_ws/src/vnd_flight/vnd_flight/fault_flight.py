@@ -23,10 +23,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 from vnd_core.bundle import Bundle
 from vnd_core.latent_estimator import LatentEstimator
+from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario, load_scenario, scenario_from_mapping
 from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
@@ -36,7 +38,7 @@ from vnd_core.vehicle import VehicleParams
 from vnd_core.wire import Mode
 
 from vnd_flight.blind import tilt_rad
-from vnd_flight.controller import LatentSample, PolicyController
+from vnd_flight.controller import LatentSample, PolicyController, TickRecord
 from vnd_flight.fallback import FallbackController, yaw_of
 from vnd_flight.odometry_faults import FAULTS, OdometryFault
 from vnd_flight.pose_filter import PoseFilter
@@ -149,9 +151,46 @@ def fly_fault(
     return loop.outcome(fault_s), loop.trace()
 
 
+class LatentProvider(Protocol):
+    """Where the policy's latent comes from in a :class:`RuntimeLoop`: asked at every tick,
+    told every command sent (the encoder node's logic, an oracle, an online estimator)."""
+
+    def latent(self, now_ns: int, state: np.ndarray, stamp_ns: int) -> np.ndarray | None:
+        """z (nz,) the policy node holds at the tick at ``now_ns`` whose odometry ``state``
+        (13,) is stamped ``stamp_ns``; None: no valid latent."""
+        ...
+
+    def after_command(self, stamp_ns: int, state: np.ndarray, action: np.ndarray) -> None:
+        """The command (4,) that answered the odometry ``state`` (13,) stamped ``stamp_ns``."""
+        ...
+
+
+class EncoderLatent:
+    """The encoder node's logic: the latent inferred from the context up to the previous
+    tick's odometry and command (the encoder publishes it right after that command; it
+    arrives well before the next odometry)."""
+
+    def __init__(self, estimator: LatentEstimator) -> None:
+        self.estimator = estimator
+
+    def latent(self, now_ns: int, state: np.ndarray, stamp_ns: int) -> np.ndarray | None:
+        """The estimator's newest latent (None until its context is full)."""
+        return self.estimator.latent()
+
+    def after_command(self, stamp_ns: int, state: np.ndarray, action: np.ndarray) -> None:
+        """Into the estimator's context."""
+        self.estimator.add_odometry(stamp_ns, state)
+        self.estimator.add_command(stamp_ns, np.asarray(action, dtype=float))
+
+
+TickHook = Callable[[TickRecord, int], None]  # (the tick's record, its odometry stamp)
+
+
 class RuntimeLoop:
-    """The nodes' timing, at 1 ms resolution (see the module docstring); with an ``encoder``
-    the policy reads its latent (:mod:`vnd_flight.runtime_flight` flies whole scenarios so)."""
+    """The nodes' timing, at 1 ms resolution (see the module docstring); with a ``latent``
+    provider the policy reads its latent (:mod:`vnd_flight.runtime_flight` flies whole
+    scenarios so with the encoder). :meth:`advance` flies on to a scenario time and may be
+    called again; :meth:`use` swaps the bundle between ticks, as the policy node does."""
 
     min_tick_interval_ns = 18 * NS_PER_MS
     tick_margin_ns = 6 * NS_PER_MS
@@ -165,13 +204,13 @@ class RuntimeLoop:
         bundle: Bundle,
         flight: FaultFlight,
         vehicle: VehicleParams,
-        encoder: LatentEstimator | None = None,
+        latent: LatentProvider | None = None,
     ) -> None:
         self.sim, self.pose_filter, self.controller = sim, pose_filter, controller
         self.bundle, self.flight, self.vehicle = bundle, flight, vehicle
-        # the encoder node's logic on the same odometry and commands (None: z = 0)
-        self.encoder = encoder
-        self.valid_latent_ticks = 0  # ticks that had a valid latent from the encoder
+        self.latent = latent  # None: the policy flies on z = 0
+        self.on_tick: TickHook | None = None  # called with every tick's record
+        self.valid_latent_ticks = 0  # ticks that had a valid latent from the provider
         self.period_ns = round(flight.safety.period_s * NS_PER_S)
         self.odom_queue: list[tuple[int, np.ndarray, int]] = []  # (arrival, state, stamp)
         self.command_queue: list[tuple[int, np.ndarray]] = []  # (arrival, action)
@@ -183,6 +222,9 @@ class RuntimeLoop:
         self.mode_log: list[tuple[int, Mode]] = []
         self.fault_origin: tuple[np.ndarray, float] | None = None  # (truth, yaw) at the fault
         self.fault_ns = 0  # stamp of the first faulty sample
+        self.now_ns = 0  # the loop's clock
+        self.fault_s = math.inf  # scenario time the fault strikes
+        self._fault: Callable | None = None
 
     @classmethod
     def on_scenario(
@@ -191,56 +233,72 @@ class RuntimeLoop:
         bundle: Bundle,
         scenario: Scenario,
         flight: FaultFlight,
-        encoder: LatentEstimator | None = None,
+        latent: LatentProvider | None = None,
+        *,
+        simulation: SimulationConfig | None = None,
+        plant_config: PlantConfig | None = None,
     ) -> RuntimeLoop:
         """The loop of ``bundle`` on ``scenario``: the simulated vehicle (seeded by
-        ``flight``), a fresh pose filter and the policy node's controller with
-        ``flight.safety``."""
+        ``flight``, paced by ``simulation``, its plant ``plant_config``), a fresh pose filter
+        and the policy node's controller with ``flight.safety``."""
         return cls(
-            SimulatedVehicle(vehicle, scenario, SimulationConfig(), seed=flight.seed),
+            SimulatedVehicle(
+                vehicle, scenario, simulation or SimulationConfig(), plant_config, flight.seed
+            ),
             PoseFilter(rate_time_constant_s=vehicle.body_rate_time_constant_s),
             PolicyController.create(vehicle, flight.safety, scenario.reference),
             bundle,
             flight,
             vehicle,
-            encoder=encoder,
+            latent=latent,
         )
+
+    def use(self, bundle: Bundle) -> None:
+        """Fly ``bundle`` from the next tick on (the node's swap between ticks)."""
+        self.bundle = bundle
 
     def run(self, fault_s: float, end_s: float) -> None:
         """Fly until ``end_s`` of scenario time, the fault from ``fault_s``."""
-        fault: Callable | None = None
-        now_ns = 0
-        give_up_ns = round((end_s + 30.0) * NS_PER_S)  # the scenario never started: no command
-        while True:
-            now_ns += NS_PER_MS
-            if now_ns > give_up_ns:
+        self.fault_s = fault_s
+        self.advance(end_s)
+
+    def advance(self, end_s: float) -> None:
+        """Fly on until ``end_s`` of scenario time (the fault, if any, from ``fault_s``)."""
+        give_up_ns = self.now_ns + round((end_s - self.sim.time_s + 30.0) * NS_PER_S)
+        while not (self.sim.started and self.sim.time_s >= end_s - 1e-9):
+            self.now_ns += NS_PER_MS
+            now_ns = self.now_ns
+            if now_ns > give_up_ns:  # the scenario never started: no command
                 raise RuntimeError(
-                    f"fault flight stalled: scenario time {self.sim.time_s:.1f} s of {end_s:.1f} s "
+                    f"flight stalled: scenario time {self.sim.time_s:.1f} s of {end_s:.1f} s "
                     f"after {now_ns / NS_PER_S:.0f} s (the stack never sent a flying command?)"
                 )
             if now_ns % (2 * NS_PER_MS) == 0:
                 for sample in self.sim.advance_to(now_ns):
-                    if fault is None and self.sim.started and sample.time_s >= fault_s:
-                        fault = OdometryFault(self.flight.fault, sample.stamp_ns)
-                        self.fault_origin = (sample.truth, yaw_of(sample.truth[QUAT]))
-                        self.fault_ns = sample.stamp_ns
-                        if self.flight.swap_at_fault:
-                            self.bundle = replace(self.bundle, version=self.bundle.version + 1)
-                    self._on_pose(sample, fault)
-                    self.samples.append(
-                        (
-                            sample.time_s,
-                            sample.truth,
-                            int(self.controller.mode),
-                            sample.crashed,
-                            bool(self.sim.plant.on_floor[0]),
-                        )
-                    )
-                if self.sim.time_s >= end_s:
+                    self._on_sample(sample)
+                if self.sim.time_s >= end_s - 1e-9 and self.sim.started:
                     return
             self._deliver(now_ns)
             if self.watchdog_due_ns is not None and now_ns >= self.watchdog_due_ns:
                 self._tick(now_ns, fresh=False)
+
+    def _on_sample(self, sample: SimSample) -> None:
+        if self._fault is None and self.sim.started and sample.time_s >= self.fault_s:
+            self._fault = OdometryFault(self.flight.fault, sample.stamp_ns)
+            self.fault_origin = (sample.truth, yaw_of(sample.truth[QUAT]))
+            self.fault_ns = sample.stamp_ns
+            if self.flight.swap_at_fault:
+                self.bundle = replace(self.bundle, version=self.bundle.version + 1)
+        self._on_pose(sample, self._fault)
+        self.samples.append(
+            (
+                sample.time_s,
+                sample.truth,
+                int(self.controller.mode),
+                sample.crashed,
+                bool(self.sim.plant.on_floor[0]),
+            )
+        )
 
     def _on_pose(self, sample: SimSample, fault: Callable | None) -> None:
         estimate = self.pose_filter.update(
@@ -279,7 +337,8 @@ class RuntimeLoop:
         assert self.odom is not None  # the first tick follows the first odometry
         state, stamp = self.odom
         self.ticked_stamp_ns = stamp
-        record = self.controller.tick(now_ns, state, stamp, self.bundle, self._latent(now_ns))
+        sample = self._latent(now_ns, state, stamp)
+        record = self.controller.tick(now_ns, state, stamp, self.bundle, sample)
         self.controller.after_publish()
         self.tick_times_ns.append(now_ns)
         self.mode_log.append((now_ns, record.mode))
@@ -289,20 +348,19 @@ class RuntimeLoop:
                 self.vehicle, self.sim.plant.state[0].double().numpy(), self.fault_origin[1]
             )
         self.pose_filter.set_rate_command(stamp, action[1:])
-        if self.encoder is not None:
-            self.encoder.add_odometry(stamp, state)
-            self.encoder.add_command(stamp, np.asarray(action, dtype=float))
+        if self.latent is not None:
+            self.latent.after_command(stamp, state, action)
+        if self.on_tick is not None:
+            self.on_tick(record, stamp)
         if record.mode in (Mode.IDLE, Mode.DISARMED) and not self.sim.started:
             return  # the simulated vehicle starts on the first flying command (as its node)
         self.command_queue.append((now_ns + self.transport_ns, np.asarray(action, dtype=float)))
 
-    def _latent(self, now_ns: int) -> LatentSample | None:
-        """The encoder's newest latent as the policy node holds it at a tick: inferred from
-        the context up to the previous tick's odometry and command (the encoder publishes it
-        right after that command; it arrives well before the next odometry)."""
-        if self.encoder is None:
+    def _latent(self, now_ns: int, state: np.ndarray, stamp_ns: int) -> LatentSample | None:
+        """The provider's latent as the policy node holds it at a tick."""
+        if self.latent is None:
             return None
-        z = self.encoder.latent()  # None until the context is full
+        z = self.latent.latent(now_ns, state, stamp_ns)
         if z is None:
             return None
         self.valid_latent_ticks += 1

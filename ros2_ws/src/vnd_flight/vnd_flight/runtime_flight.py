@@ -19,7 +19,7 @@ from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario
 from vnd_core.state import POS
 
-from vnd_flight.fault_flight import FaultFlight, RuntimeLoop
+from vnd_flight.fault_flight import EncoderLatent, FaultFlight, RuntimeLoop
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,9 @@ def fly_scenario(bundle: Bundle, scenario: Scenario, seed: int = 0) -> RuntimeFl
     flight = FaultFlight(fault="none", seed=seed)
     encoder = None
     if bundle.model is not None:
-        encoder = LatentEstimator()
-        encoder.set_model(bundle.model)
+        estimator = LatentEstimator()
+        estimator.set_model(bundle.model)
+        encoder = EncoderLatent(estimator)
     loop = RuntimeLoop.on_scenario(vehicle, bundle, scenario, flight, encoder)
     loop.run(scenario.duration_s + 1.0, scenario.duration_s)  # the fault "none" never acts
     trace = loop.trace()

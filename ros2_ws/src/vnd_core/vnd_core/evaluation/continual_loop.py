@@ -1,10 +1,12 @@
 """The continual loop of ``vnd eval`` in simulated time, one method at a time.
 
-Every method flies the same true plant (:class:`~vnd_core.plant.TruePlant`, seeded) at 50 Hz
-through the same scenario. Each tick: the plant is measured (noisy), the method's controller
-acts (its policy, with z from the encoder for VND, z = 0 for base / dr / dr_mismatched /
-refit, the true disturbance for the oracle, the method's own online estimate for dob / rma),
-the command goes to the plant, and the tick record goes to the
+Every method flies the same true plant (seeded) through the same scenario, on the flight
+side a :data:`FlightFactory` builds: ``vnd eval`` flies the stack's flight runtime
+(``vnd_flight.evaluation_flight``: motion capture through the pose filter, the policy node's
+controller with its safety filter and force observer, the nodes' timing), so what it measures
+is what the stack flies. The policy's z comes from the method's latent mode (the encoder of the
+active bundle for VND, z = 0 for base / dr / dr_mismatched / refit / dob, the true disturbance
+for the oracle, the method's own online estimate for rma). Every tick's record goes to the
 method's learner once per second (in batches, as the replay topic delivers it).
 
 Updates are asynchronous, as on the vehicle: when a learner asks for one, the simulated clock
@@ -25,31 +27,24 @@ constants, sinusoid periods) and the reference trajectory are not scaled.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
-import torch
 
 from vnd_core.bundle import Bundle
-from vnd_core.dynamics import CONTROL_PERIOD_S
-from vnd_core.evaluation.baselines import true_disturbance
-from vnd_core.force_observer import ForceObserver, LearnedMotion
-from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner import ContinualLearner, LearnerConfig, TickRecords
-from vnd_core.learner.records import MODE_POLICY
-from vnd_core.plant import TruePlant
 from vnd_core.plant_parts import PlantConfig
-from vnd_core.policy import PolicyRunner
 from vnd_core.scenario import Phase, Scenario
-from vnd_core.state import POS, QUAT
 
 LATENT_NONE, LATENT_ENCODER, LATENT_ORACLE = "none", "encoder", "oracle"
 # online: the method's own per-run estimator (Method.latent_source) gives z every tick from the
 # measurements and commands so far (the disturbance observer, RMA's adaptation module)
 LATENT_ONLINE = "online"
-INGEST_EVERY_TICKS = 50  # the learner receives tick records once per second
+INGEST_PERIOD_S = 1.0  # the learner receives tick records once per second
 KIND_MODEL, KIND_POLICY = "model", "policy"  # a model update; a policy improvement round
 # Share of one core the learner's worker gets beside the flight stack on the 2-core machine
 # (the demo's updates: CPU time / wall time 0.60-0.62): an update of c CPU seconds lands c / 0.6
@@ -127,11 +122,7 @@ class Method:
 
 class LatentSource:
     """A per-run online z estimator of a method with latent mode online: it sees each
-    measurement before the tick's command and each command after it, nothing else. One that
-    runs a disturbance observer exposes it (``observer``): the run then sends every command
-    through its rate compensation, as the flight stack does for a force-input policy."""
-
-    observer: ForceObserver | None = None
+    measurement before the tick's command and each command after it, nothing else."""
 
     def latent(self, stamp_ns: int, measured: np.ndarray) -> np.ndarray:
         """z (latent_dim,) for the tick whose measurement ``measured`` (13,) is at
@@ -228,9 +219,9 @@ class RunResult:
     method: str
     scenario: str
     seed: int
-    time_s: np.ndarray  # (T,) scenario time after each tick
-    error_m: np.ndarray  # (T,) true position error after each tick
-    condition: np.ndarray  # (T,) str, true condition (phase name) during each tick
+    time_s: np.ndarray  # (T,) scenario time of each sample of the vehicle
+    error_m: np.ndarray  # (T,) true position error at it
+    condition: np.ndarray  # (T,) str, true condition (phase name) at it
     crashed: bool  # the plant reported a crash
     updates: list[UpdateMarker]  # every update, in order
     records: TickRecords  # every tick as the learner received it (with condition labels)
@@ -246,94 +237,108 @@ class RunResult:
 class RunTrace:
     """What the error plot reads of one run: errors over time and the updates."""
 
-    time_s: np.ndarray  # (T,) scenario time after each tick
-    error_m: np.ndarray  # (T,) true position error after each tick
+    time_s: np.ndarray  # (T,) scenario time of each sample of the vehicle
+    error_m: np.ndarray  # (T,) true position error at it
     updates: list[UpdateMarker]  # every update, in order
+
+
+@dataclass
+class FlownTrace:
+    """What the vehicle did, sampled by the flight side (ground truth)."""
+
+    time_s: np.ndarray  # (T,) scenario time of each sample
+    error_m: np.ndarray  # (T,) true position error at it
+    condition: np.ndarray  # (T,) str, true condition (phase name) at it
+    crashed: bool  # the plant reported a crash
+
+
+class FlightSide(Protocol):
+    """The flying side of one run: flies on in scenario time, swaps bundles between ticks,
+    hands back the ticks it flew as the learner receives them."""
+
+    def fly_until(self, t_s: float) -> TickRecords:
+        """Fly on to scenario time ``t_s``; the ticks flown since the last call (stamps in
+        scenario time, condition labels set)."""
+        ...
+
+    def use(self, bundle: Bundle) -> None:
+        """Fly ``bundle`` from the next tick on."""
+        ...
+
+    def trace(self) -> FlownTrace:
+        """Everything flown so far."""
+        ...
+
+
+# (method, scenario, the bundle the run starts with, seed, plant config) -> the flight side
+FlightFactory = Callable[[Method, Scenario, Bundle, int, PlantConfig | None], FlightSide]
 
 
 def run_method(
     method: Method,
     scenario: Scenario,
     seed: int,
+    fly: FlightFactory,
     update_delay_s: float | None = None,
     plant_config: PlantConfig | None = None,
     progress: Callable[[float], None] | None = None,
     cpu_share: float = LEARNER_CPU_SHARE,
 ) -> RunResult:
-    """Fly ``scenario`` with ``method`` on a plant seeded with ``seed`` (see the module
-    docstring for the update timing; ``update_delay_s=None`` charges each update its CPU
-    time divided by ``cpu_share``)."""
+    """Fly ``scenario`` with ``method`` on a plant seeded with ``seed``, on the flight side
+    ``fly`` builds (see the module docstring for the update timing; ``update_delay_s=None``
+    charges each update its CPU time divided by ``cpu_share``)."""
     if not 0.0 < cpu_share <= 1.0:
         raise ValueError(f"cpu_share must be within (0, 1], got {cpu_share}")
     start = time.perf_counter()
     bundle = method.start(seed)
-    plant = TruePlant(bundle.vehicle, scenario, 1, plant_config, seed=seed)
-    plant.reset(scenario.start_state(1))
-    trajectory = scenario.trajectory(1)
-    flight = _Flight(method, scenario, bundle)
-    n_ticks = round(scenario.duration_s / CONTROL_PERIOD_S)
-    rows: dict[str, list] = {k: [] for k in ("stamp", "state", "action", "pv", "ev", "cond")}
-    time_s, error_m = np.zeros(n_ticks), np.zeros(n_ticks)
+    flight = fly(method, scenario, bundle, seed, plant_config)
+    n_batches = math.ceil(scenario.duration_s / INGEST_PERIOD_S - 1e-9)
+    batches: list[TickRecords] = []
     updates: list[UpdateMarker] = []
     pending: tuple[float, Bundle | None] | None = None  # (flies from, bundle or rejected)
-    ingested = 0
-    for tick in range(n_ticks):
-        t_s = plant.time_s
-        stamp_ns = round(t_s * 1e9)
-        measured = plant.measure()[0].double().numpy()
-        condition = plant.condition()
-        action, z_used = flight.act(measured, t_s, stamp_ns, plant)
-        state = plant.step(torch.from_numpy(action).float()[None])
-        flight.after_command(stamp_ns, action)
-        reference = trajectory.sample(torch.full((1,), plant.time_s)).position_m[0]
-        time_s[tick] = plant.time_s
-        error_m[tick] = float((state[0, POS] - reference).norm())
-        for key, value in (
-            ("stamp", stamp_ns),
-            ("state", measured),
-            ("action", action),
-            ("pv", flight.bundle.version),
-            ("ev", flight.bundle.version if z_used else 0),
-            ("cond", condition),
-        ):
-            rows[key].append(value)
-        now_s = plant.time_s
-        if pending is not None and now_s >= pending[0] - 1e-9:
+    final = bundle
+    for batch in range(1, n_batches + 1):
+        now_s = min(batch * INGEST_PERIOD_S, scenario.duration_s)
+        flown = []
+        if pending is not None and pending[0] < now_s - 1e-9:
+            flown.append(flight.fly_until(pending[0]))
             if pending[1] is not None:
                 flight.use(pending[1])
+                final = pending[1]
             pending = None
-        if (tick + 1) % INGEST_EVERY_TICKS == 0:
-            method.ingest(_records(rows, ingested, len(rows["stamp"])))
-            ingested = len(rows["stamp"])
-            last_tick = tick == n_ticks - 1  # an update started now could never fly
-            if pending is not None and method.preempts(now_s):
-                method.abandon()
-                updates[-1] = dataclasses.replace(
-                    updates[-1],
-                    applied_s=now_s,
-                    accepted=False,
-                    version=0,
-                    reason=f"preempted at {now_s:.1f} s",
-                )
-                pending = None
-            if pending is None and not last_tick and method.should_update(now_s):
-                marker, new_bundle = _run_update(method, now_s, update_delay_s, cpu_share)
-                updates.append(marker)
-                pending = (marker.applied_s, new_bundle)
-            if progress is not None:
-                progress(now_s / scenario.duration_s)
-    records = _records(rows, 0, len(rows["stamp"]))
+        flown.append(flight.fly_until(now_s))
+        records = TickRecords.concat(flown)
+        batches.append(records)
+        method.ingest(records)
+        if pending is not None and method.preempts(now_s):
+            method.abandon()
+            updates[-1] = dataclasses.replace(
+                updates[-1],
+                applied_s=now_s,
+                accepted=False,
+                version=0,
+                reason=f"preempted at {now_s:.1f} s",
+            )
+            pending = None
+        last_batch = batch == n_batches  # an update started now could never fly
+        if pending is None and not last_batch and method.should_update(now_s):
+            marker, new_bundle = _run_update(method, now_s, update_delay_s, cpu_share)
+            updates.append(marker)
+            pending = (marker.applied_s, new_bundle)
+        if progress is not None:
+            progress(now_s / scenario.duration_s)
+    trace = flight.trace()
     return RunResult(
         method=method.name,
         scenario=scenario.name,
         seed=seed,
-        time_s=time_s,
-        error_m=error_m,
-        condition=np.array(rows["cond"], dtype=np.str_),
-        crashed=bool(plant.crashed.any()),
+        time_s=trace.time_s,
+        error_m=trace.error_m,
+        condition=trace.condition,
+        crashed=trace.crashed,
         updates=updates,
-        records=records,
-        final_bundle=flight.bundle,
+        records=TickRecords.concat(batches),
+        final_bundle=final,
         wall_s=time.perf_counter() - start,
     )
 
@@ -361,81 +366,3 @@ def _run_update(
         kind=outcome.kind,
     )
     return marker, outcome.bundle
-
-
-class _Flight:
-    """The flying side of a method: policy runner and latent source of the active bundle."""
-
-    def __init__(self, method: Method, scenario: Scenario, bundle: Bundle) -> None:
-        self.method = method
-        self.scenario = scenario
-        self.estimator = LatentEstimator()
-        self.runner = PolicyRunner(bundle.policy, scenario.reference)
-        self.source = method.latent_source() if method.latent_mode == LATENT_ONLINE else None
-        # a policy with a force input reads the force the prior does not explain (and, once
-        # its bundle has a model, the model's motion does not: force_observer's docstring),
-        # and its commands go out with the observer's body-rate compensation
-        self.observer = ForceObserver(bundle.vehicle) if bundle.policy.force_dim else None
-        source_observer = self.source.observer if self.source is not None else None
-        self.compensator = self.observer or source_observer  # the rate compensation, if any
-        self.motion: LearnedMotion | None = None
-        self.z: np.ndarray | None = None  # the latent of the last command
-        self.use(bundle)
-
-    def use(self, bundle: Bundle) -> None:
-        """Fly ``bundle`` from the next tick on (previous commands and context carry over)."""
-        runner = PolicyRunner(bundle.policy, self.scenario.reference)
-        if len(runner.prev_actions) == len(self.runner.prev_actions):
-            runner.prev_actions = list(self.runner.prev_actions)
-        self.runner, self.bundle = runner, bundle
-        if self.method.latent_mode == LATENT_ENCODER:
-            self.estimator.set_model(bundle.model)
-        learned = bundle.model is not None and bundle.policy.force_dim
-        self.motion = LearnedMotion(bundle.model) if learned else None
-
-    def act(
-        self, measured: np.ndarray, t_s: float, stamp_ns: int, plant: TruePlant
-    ) -> tuple[np.ndarray, bool]:
-        """Command (4,) for ``measured`` (13,) and whether a non-zero-by-design z was used."""
-        z, force_n = None, None
-        if self.observer is not None:
-            self.observer.observe(measured)
-            force_n = self.observer.policy_force_n()
-        if self.method.latent_mode == LATENT_ENCODER:
-            self.estimator.add_odometry(stamp_ns, measured)
-            z = self.estimator.latent() if self.bundle.model is not None else None
-        elif self.method.latent_mode == LATENT_ORACLE:
-            wind = plant.wind_velocity_mps()[0].numpy()
-            z = true_disturbance(self.scenario, t_s, wind, self.bundle.vehicle)
-        elif self.source is not None:
-            z = self.source.latent(stamp_ns, measured)
-        self.z = z
-        action = self.runner.act(measured, t_s, z, force_n)
-        if self.compensator is not None:  # the policy's history keeps what it asked for
-            action = self.compensator.compensate(action, measured[QUAT])
-        return action, z is not None
-
-    def after_command(self, stamp_ns: int, action: np.ndarray) -> None:
-        """Tell the encoder's context (and the force observer) which command answered the
-        odometry at ``stamp_ns``."""
-        if self.observer is not None:
-            motion, z = self.motion, self.z
-            self.observer.command(action, None if motion is None or z is None else motion.bind(z))
-        if self.method.latent_mode == LATENT_ENCODER:
-            self.estimator.add_command(stamp_ns, action)
-        elif self.source is not None:
-            self.source.command(stamp_ns, action)
-
-
-def _records(rows: dict[str, list], begin: int, end: int) -> TickRecords:
-    """Tick records of rows ``begin:end``."""
-    n = end - begin
-    return TickRecords(
-        stamp_ns=np.array(rows["stamp"][begin:end], dtype=np.int64),
-        state=np.array(rows["state"][begin:end]).reshape(n, 13),
-        action=np.array(rows["action"][begin:end]).reshape(n, 4),
-        mode=np.full(n, MODE_POLICY, dtype=np.uint8),
-        policy_version=np.array(rows["pv"][begin:end], dtype=np.uint32),
-        encoder_version=np.array(rows["ev"][begin:end], dtype=np.uint32),
-        condition=np.array(rows["cond"][begin:end], dtype=np.str_),
-    )

@@ -20,64 +20,32 @@ mass takes that place. The commands go out with the observer's compensation
 feed-forward, and the body-rate offset a torque leaves under the vehicle's rate loop taken off.
 The policy therefore reads and trains on the horizontal force only
 (``RandomisationConfig.thrust_feedforward``). Nothing is learned in flight.
+
+In flight the policy reads the force as a force input (:func:`force_input_bundle`), so dob
+flies exactly as the flight stack flies a force-input bundle without a model: the policy
+node's observer (the flight stack's :class:`~vnd_core.force_observer.ObserverConfig`) and its
+compensation.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import torch
 from torch import nn
 
 from vnd_core.bundle import Bundle
 from vnd_core.evaluation.baselines import DISTURBANCE_DIM, FORCE, FORCE_SCALE_N
-from vnd_core.evaluation.continual_loop import LATENT_ONLINE, LatentSource, Method
-from vnd_core.force_observer import ForceObserver, ObserverConfig
+from vnd_core.evaluation.continual_loop import Method
 from vnd_core.policy import with_force_input
-from vnd_core.vehicle import VehicleParams
 
 
-def force_latent(observer: ForceObserver) -> np.ndarray:
-    """The dob policy's z (8,): the observer's force as the policy reads it
-    (:meth:`~vnd_core.force_observer.ForceObserver.policy_force_n`, its horizontal part) in
-    units of ``FORCE_SCALE_N`` in slots 0-2, zeros elsewhere."""
-    z = np.zeros(DISTURBANCE_DIM, dtype=np.float32)
-    z[FORCE] = observer.policy_force_n() / FORCE_SCALE_N
-    return z
-
-
-class _ObserverSource(LatentSource):
-    """The observer as a per-run latent source of the continual loop (the run also
-    compensates its commands' body rates with it)."""
-
-    observer: ForceObserver
-
-    def __init__(self, vehicle: VehicleParams, config: ObserverConfig) -> None:
-        self.observer = ForceObserver(vehicle, config)
-
-    def latent(self, stamp_ns: int, measured: np.ndarray) -> np.ndarray:
-        """z of the force estimate after this measurement."""
-        self.observer.observe(measured)
-        return force_latent(self.observer)
-
-    def command(self, stamp_ns: int, action: np.ndarray) -> None:
-        """Into the observer's command history."""
-        self.observer.command(action)
-
-
-class DOBMethod(Method):
-    """dob: the force-conditioned policy of ``bundle`` fed by a fresh
-    :class:`~vnd_core.force_observer.ForceObserver` in every run; no learner."""
-
-    def __init__(self, bundle: Bundle, config: ObserverConfig | None = None) -> None:
-        super().__init__("dob", bundle, LATENT_ONLINE)
-        self.config = config or ObserverConfig()
-        self.config.validate()
-
-    def latent_source(self) -> LatentSource:
-        """A fresh observer (no estimate carried over between runs)."""
-        return _ObserverSource(self.initial.vehicle, self.config)
+def dob_method(bundle: Bundle) -> Method:
+    """dob: the force-conditioned policy of ``bundle`` (dob's training) flown as the flight
+    stack flies a policy with a force input (:func:`force_input_bundle`): the policy node's
+    observer feeds it the force and compensates its commands; a fresh observer every run, no
+    learner."""
+    return Method("dob", force_input_bundle(bundle))
 
 
 def force_input_bundle(dob: Bundle) -> Bundle:

@@ -51,6 +51,7 @@ from vnd_core.evaluation.baselines import RandomisationConfig, train_baseline_bu
 from vnd_core.evaluation.continual_loop import (
     LATENT_ORACLE,
     LEARNER_CPU_SHARE,
+    FlightFactory,
     Method,
     RunResult,
     RunTrace,
@@ -58,7 +59,7 @@ from vnd_core.evaluation.continual_loop import (
     run_method,
     scale_scenario,
 )
-from vnd_core.evaluation.dob import DOBMethod, force_input_bundle
+from vnd_core.evaluation.dob import dob_method, force_input_bundle
 from vnd_core.evaluation.refit import REFIT_BUDGET_NOTE, RefitConfig, RefitMethod
 from vnd_core.evaluation.report import (
     METHOD_ORDER,
@@ -100,7 +101,6 @@ class EvalConfig:
     time_scale: float = 1.0  # scenario duration, phase and event times multiplied by this
     learner: LearnerConfig = field(default_factory=LearnerConfig.standard)  # vnd and refit budgets
     refit: RefitConfig = field(default_factory=RefitConfig.lotf)  # refit cadence and budget
-    observer: ObserverConfig = field(default_factory=ObserverConfig)  # dob's observer
     rma: RMAConfig = field(default_factory=RMAConfig)  # rma's adaptation-module budget
     randomised_trainer: TrainerConfig = field(  # dr and oracle fine-tuning budget
         default_factory=lambda: TrainerConfig(learning_rate=1e-3)
@@ -139,7 +139,7 @@ class EvalConfig:
             "seeds": self.seeds,
             "time_scale": self.time_scale,
             "refit": {**dataclasses.asdict(self.refit), "budget": REFIT_BUDGET_NOTE},
-            "observer": dataclasses.asdict(self.observer),
+            "observer": dataclasses.asdict(ObserverConfig()),
             "rma": dataclasses.asdict(self.rma),
             "update_delay": f"CPU time / {self.learner_cpu_share} (the learner's core share)"
             if self.update_delay_s is None
@@ -176,7 +176,7 @@ def prepare_methods(
         elif name == "oracle":
             methods[name] = Method(name, trained_bundle(name), LATENT_ORACLE)
         elif name == "dob":
-            methods[name] = DOBMethod(trained_bundle(name), config.observer)
+            methods[name] = dob_method(trained_bundle(name))
         elif name == "rma":
             teacher = trained_bundle("oracle")
             start = time.perf_counter()
@@ -209,9 +209,12 @@ def evaluate(
     scenario_names: Sequence[str] = SCENARIOS,
     log: Log = print,
     jobs: int = 1,
+    *,
+    fly: FlightFactory,
 ) -> dict:
     """Run every method on every scenario and seed (``jobs`` runs at a time, each in its own
-    process); write results and plots into ``out_dir``; return the results.json payload."""
+    process), each on the flight side ``fly`` builds (``vnd eval``: the stack's flight
+    runtime); write results and plots into ``out_dir``; return the results.json payload."""
     start = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "runs.jsonl").write_text("")  # one line per finished run, written as it ends
@@ -219,7 +222,7 @@ def evaluate(
     methods = prepare_methods(method_names, base, config, log)
     save_offline_bundles(methods, out_dir / "bundles")
     cells = [
-        _Cell(method, scenario, seed, config.update_delay_s, config.learner_cpu_share, out_dir)
+        _Cell(method, scenario, seed, config.update_delay_s, config.learner_cpu_share, out_dir, fly)
         for scenario in scenarios
         for method in methods.values()
         for seed in range(config.seeds)
@@ -292,6 +295,7 @@ class _Cell:
     update_delay_s: float | None
     cpu_share: float
     out_dir: Path
+    fly: FlightFactory  # the flight side of the run
 
 
 # The cells of a parallel evaluation: set before the worker processes fork, so they inherit
@@ -327,7 +331,12 @@ def _run_cell(cell: _Cell) -> tuple[dict, RunTrace | None]:
     """Fly one cell; its metrics (with the latent figures for vnd) and, for seed 0, the run
     reduced to what the plots read."""
     run = run_method(
-        cell.method, cell.scenario, cell.seed, cell.update_delay_s, cpu_share=cell.cpu_share
+        cell.method,
+        cell.scenario,
+        cell.seed,
+        cell.fly,
+        cell.update_delay_s,
+        cpu_share=cell.cpu_share,
     )
     metrics = run_metrics(run, cell.scenario)
     if cell.method.name == "vnd":  # the latent figures and plots are the plain learner's
@@ -428,7 +437,7 @@ def definitions(config: EvalConfig) -> dict:
 def method_definitions(config: EvalConfig) -> dict:
     """What every method is and the budget it gets (results.json's definitions and
     results.md)."""
-    t, r, m, o = config.randomised_trainer, config.refit, config.rma, config.observer
+    t, r, m, o = config.randomised_trainer, config.refit, config.rma, ObserverConfig()
     offline = (
         f"{t.iterations} trainer iterations x {t.num_envs} rollouts x {t.horizon_ticks} ticks, "
         "warm start from the base policy, trained once"

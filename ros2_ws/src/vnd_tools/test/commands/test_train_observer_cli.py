@@ -6,6 +6,7 @@ import torch
 from vnd_core.bundle import load_bundle, shipped_bundle_path, shipped_observer_bundle_path
 from vnd_core.evaluation.continual_loop import Method, run_method
 from vnd_core.scenario import Phase, Scenario, WindEvent
+from vnd_flight.evaluation_flight import fly_runtime
 from vnd_tools.cli import main as vnd_main
 
 WINDY = Scenario(
@@ -42,7 +43,7 @@ def test_the_shipped_observer_start_holds_a_wind_the_base_bundle_is_blown_off_by
         ("base", shipped_bundle_path()),
         ("observer", shipped_observer_bundle_path()),
     ):
-        run = run_method(Method(name, load_bundle(path)), WINDY, seed=0)
+        run = run_method(Method(name, load_bundle(path)), WINDY, seed=0, fly=fly_runtime)
         errors[name] = float(run.error_m[run.time_s > 6.0].mean())
     assert errors["base"] > 0.05, errors
     assert errors["observer"] < 0.02, errors

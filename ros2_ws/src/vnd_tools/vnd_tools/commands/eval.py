@@ -1,5 +1,6 @@
 """``vnd eval``: every adaptation method through the disturbance scenarios, in simulated time
-(:mod:`vnd_core.evaluation.suite`); arguments, presets and the output directory.
+(:mod:`vnd_core.evaluation.suite`), each run flown by the stack's flight runtime
+(:mod:`vnd_flight.evaluation_flight`); arguments, presets and the output directory.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vnd_core.learner.settings import (
     with_overrides,
 )
 from vnd_core.scenario import load_scenario
+from vnd_flight.evaluation_flight import fly_runtime
 
 
 # ---------------------------------------------------------------------------------- CLI
@@ -148,6 +150,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"vnd eval: --jobs must be at least 1, got {args.jobs}")
         return 2
     methods = list(dict.fromkeys(name for word in args.methods for name in word))
-    payload = evaluate(config, base, args.out, methods, args.scenarios, jobs=args.jobs)
+    payload = evaluate(
+        config, base, args.out, methods, args.scenarios, jobs=args.jobs, fly=fly_runtime
+    )
     print(f"wrote {args.out / 'results.json'} and results.md in {payload['wall_s']:.0f} s")
     return 0

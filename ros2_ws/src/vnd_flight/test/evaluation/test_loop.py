@@ -1,4 +1,5 @@
-"""The continual loop of ``vnd eval``: update timing, recovery metric and a tiny full evaluation."""
+"""The continual loop of ``vnd eval`` on the flight runtime: update timing, recovery metric and a
+tiny full evaluation."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.fit import FitConfig
 from vnd_core.vnd.model import VNDModel
+from vnd_flight.evaluation_flight import fly_runtime
 
 VEHICLE = load_vehicle("agile")
 
@@ -82,19 +84,23 @@ class _BurnOnce(_SwapOnce):
 def test_new_bundle_flies_after_the_simulated_delay(base_bundle):
     new = Bundle(version=7, parent_version=1, policy=base_bundle.policy, vehicle=VEHICLE)
     scenario = Scenario(name="calm", duration_s=3.0)
-    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, update_delay_s=0.5)
+    run = run_method(
+        _SwapOnce(base_bundle, new), scenario, seed=0, fly=fly_runtime, update_delay_s=0.5
+    )
     (marker,) = run.updates
     assert marker.requested_s == pytest.approx(1.0) and marker.applied_s == pytest.approx(1.5)
     assert marker.wall_s == 123.0 and marker.accepted
     versions = run.records.policy_version
     first_new = int(np.argmax(versions == 7))
-    # tick k is flown from time 0.02 k: the swap happens at the first tick at or after 1.5 s
-    assert first_new * 0.02 == pytest.approx(1.5) and np.all(versions[first_new:] == 7)
+    # the swap happens at the first tick after 1.5 s (stamps: the ticks' odometry, scenario time)
+    stamps_s = run.records.stamp_ns / 1e9
+    assert stamps_s[first_new - 1] < 1.5 <= stamps_s[first_new] + 0.02
+    assert np.all(versions[first_new:] == 7)
     # charged mode: the update's CPU time over the learner's core share, not its wall time
-    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, cpu_share=0.5)
+    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, fly=fly_runtime, cpu_share=0.5)
     assert run.updates[0].applied_s == pytest.approx(1.0 + 0.9 / 0.5)
     assert run.updates[0].cpu_s == pytest.approx(0.9)
-    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, cpu_share=0.25)
+    run = run_method(_SwapOnce(base_bundle, new), scenario, seed=0, fly=fly_runtime, cpu_share=0.25)
     assert run.updates[0].applied_s == pytest.approx(4.6)  # beyond the end: never flies
     assert np.all(run.records.policy_version == 1)
 
@@ -124,7 +130,9 @@ class _PreemptedRound(_SwapOnce):
 
 def test_a_pending_job_that_gives_way_never_flies_and_the_next_starts_at_once(base_bundle):
     method = _PreemptedRound(base_bundle, base_bundle)
-    run = run_method(method, Scenario(name="calm", duration_s=4.0), seed=0, cpu_share=0.3)
+    run = run_method(
+        method, Scenario(name="calm", duration_s=4.0), seed=0, fly=fly_runtime, cpu_share=0.3
+    )
     first, second = run.updates
     assert method.abandoned == 1 and not first.accepted and first.reason == "preempted at 2.0 s"
     assert first.applied_s == pytest.approx(2.0)
@@ -135,7 +143,9 @@ def test_a_pending_job_that_gives_way_never_flies_and_the_next_starts_at_once(ba
 
 def test_an_update_that_reports_no_cpu_time_is_charged_what_it_used(base_bundle):
     new = Bundle(version=7, parent_version=1, policy=base_bundle.policy, vehicle=VEHICLE)
-    run = run_method(_BurnOnce(base_bundle, new), Scenario(name="calm", duration_s=3.0), seed=0)
+    run = run_method(
+        _BurnOnce(base_bundle, new), Scenario(name="calm", duration_s=3.0), seed=0, fly=fly_runtime
+    )
     (marker,) = run.updates
     assert 0.3 <= marker.cpu_s < 0.6
     assert marker.applied_s == pytest.approx(1.0 + marker.cpu_s / LEARNER_CPU_SHARE)
@@ -143,9 +153,9 @@ def test_an_update_that_reports_no_cpu_time_is_charged_what_it_used(base_bundle)
 
 def test_same_seed_same_flight(base_bundle):
     scenario = scale_scenario(load_scenario("hover_wind_large"), 0.1)
-    a = run_method(Method("base", base_bundle), scenario, seed=4)
-    b = run_method(Method("base", base_bundle), scenario, seed=4)
-    c = run_method(Method("base", base_bundle), scenario, seed=5)
+    a = run_method(Method("base", base_bundle), scenario, seed=4, fly=fly_runtime)
+    b = run_method(Method("base", base_bundle), scenario, seed=4, fly=fly_runtime)
+    c = run_method(Method("base", base_bundle), scenario, seed=5, fly=fly_runtime)
     assert np.array_equal(a.error_m, b.error_m) and not np.array_equal(a.error_m, c.error_m)
 
 
@@ -218,7 +228,9 @@ def test_tiny_evaluation_writes_results_and_plots(base_bundle, tmp_path):
         rma=RMAConfig(history_ticks=10, rollout_envs=4, rollout_ticks=20, rounds=1, epochs=1),
         update_delay_s=0.2,
     )
-    payload = evaluate(config, base_bundle, tmp_path / "out", scenario_names=[str(scenario_path)])
+    payload = evaluate(
+        config, base_bundle, tmp_path / "out", scenario_names=[str(scenario_path)], fly=fly_runtime
+    )
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     rows = {r["method"]: r for r in saved["results"]}
     assert list(rows) == list(METHOD_ORDER)
@@ -286,6 +298,7 @@ def test_parallel_runs_give_the_serial_figures(base_bundle, tmp_path):
             method_names=("base", "vnd"),
             scenario_names=[str(scenario_path)],
             jobs=jobs,
+            fly=fly_runtime,
         )
         figures[jobs] = {
             (r["method"], r["seed"]): (r["rmse_m"], r["updates"], r["updates_accepted"])

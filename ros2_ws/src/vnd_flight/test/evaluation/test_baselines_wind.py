@@ -5,7 +5,7 @@ hold a hover better than the base policy they are fine-tuned from, and the oracl
 Each is trained as ``vnd eval`` trains it (:func:`prepare_methods`), with a small budget: 20
 iterations of 64 rollouts of 32 ticks (measured on half-length ``hover_wind_large``, steady
 part: base 0.144 m, dr 0.117 m, oracle 0.075 m; with 10 iterations dr gains only 3 %). Each
-policy then flies the scenario closed loop on the true plant (:func:`run_method`). About 35 s
+policy then flies the scenario closed loop on the flight runtime (:func:`run_method`). About 35 s
 of one core.
 """
 
@@ -19,6 +19,7 @@ from vnd_core.evaluation.continual_loop import run_method, scale_scenario
 from vnd_core.evaluation.suite import EvalConfig, prepare_methods
 from vnd_core.scenario import load_scenario
 from vnd_core.trainer import TrainerConfig
+from vnd_flight.evaluation_flight import fly_runtime
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def test_dr_and_oracle_hold_a_windy_hover_better_than_base():
     scenario = scale_scenario(load_scenario("hover_wind_large"), 0.5)
     errors_m = {}
     for name, method in methods.items():
-        run = run_method(method, scenario, seed=0)
+        run = run_method(method, scenario, seed=0, fly=fly_runtime)
         assert not run.crashed, name
         errors_m[name] = float(run.error_m[run.time_s > STEADY_AFTER_S].mean())
     print("steady hover error in wind [m]:", errors_m)
