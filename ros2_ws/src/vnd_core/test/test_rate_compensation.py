@@ -9,14 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from vnd_core.force_observer import ForceObserver, LearnedMotion, Motion, ObserverConfig
+from vnd_core.force_observer import ForceObserver, ObserverConfig
 from vnd_core.plant import TruePlant
 from vnd_core.scenario import scenario_from_mapping
 from vnd_core.state import OMEGA, POS, QUAT
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.components import compensated_components
-from vnd_core.vnd.features import RES_VEL
-from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
 VEHICLE = load_vehicle("agile")
 HOVER_M = (0.0, 0.0, 1.0)
@@ -48,10 +46,8 @@ def hover(
     efficiency: float,
     compensate: bool,
     payload_kg: float = 0.0,
-    motion: Motion | None = None,
 ) -> dict[str, np.ndarray]:
-    """Hold the hover on the true plant for ``SECONDS``, the commands sent to the observer
-    with a learned ``motion`` (None: the prior alone); per tick: the position error (N,) in
+    """Hold the hover on the true plant for ``SECONDS``; per tick: the position error (N,) in
     m, the height error (N,) in m, the observer's rate offset (N, 3), the true one (N, 3): the
     body rates the vehicle turns at beyond the rates it was sent, how far it turns beyond
     the rates the controller asked for (N, 3), and the force a policy would read (N, 3)."""
@@ -74,7 +70,7 @@ def hover(
             else action
         )
         state = plant.step(torch.from_numpy(sent).float()[None])
-        observer.command(sent, motion)
+        observer.command(sent)
         out["error_m"].append(float((state[0, POS] - torch.tensor(HOVER_M)).norm()))
         out["height_error_m"].append(float(state[0, POS][2]) - HOVER_M[2])
         out["offset_radps"].append(observer.rate_offset_radps.copy())
@@ -119,64 +115,6 @@ def test_the_thrust_feedforward_holds_a_payloads_weight(tracking_controller):
     assert sag_m > 0.02
     assert abs(compensated["height_error_m"][settled].mean()) < 0.15 * sag_m
     assert compensated["error_m"][settled].mean() < 0.005
-
-
-def test_the_thrust_feedforward_holds_a_weight_the_model_has_learned(tracking_controller):
-    """Ground truth: with a learned model that explains the payload's weight, the observer
-    reads the weight as the model's force, and the feed-forward still answers it: the
-    vertical force fed forward is the one the prior misses where the vehicle flies, so the
-    height holds as it does without a model."""
-    settled = slice(-100, None)
-    model = VNDModel(VEHICLE, VNDModelConfig())
-    weight = torch.zeros(12)
-    weight[RES_VEL] = 0.02 * torch.tensor([0.0, 0.0, -0.2 * 9.81]) / VEHICLE.mass_kg
-    with torch.no_grad():
-        model.residual.set_constant(weight)
-    motion = LearnedMotion(model).bind(np.zeros(model.latent_dim, dtype=np.float32))
-    plain = hover(tracking_controller, 1.0, compensate=False, payload_kg=0.2)
-    learned = hover(tracking_controller, 1.0, compensate=True, payload_kg=0.2, motion=motion)
-    sag_m = -plain["height_error_m"][settled].mean()
-    assert abs(learned["height_error_m"][settled].mean()) < 0.15 * sag_m
-    assert learned["error_m"][settled].mean() < 0.005
-
-
-class RateCommandModel(VNDModel):
-    """A learned model fitted to compensated flight under a torque: its horizontal force is
-    zero at the commands that flight sent, ``-offset_radps`` at hover, and grows with the
-    commanded roll and pitch rates away from them (``newton_per_radps``), as a network that
-    reads the commands may extrapolate."""
-
-    def __init__(self, offset_radps: np.ndarray, newton_per_radps: float) -> None:
-        super().__init__(VEHICLE, VNDModelConfig())
-        self.offset_radps = torch.as_tensor(offset_radps, dtype=torch.float32)
-        self.newton_per_radps = newton_per_radps
-
-    def residual_correction(
-        self, state: torch.Tensor, action: torch.Tensor, z: torch.Tensor
-    ) -> torch.Tensor:
-        out = torch.zeros(*action.shape[:-1], 12)
-        away_radps = action[..., 1:3] + self.offset_radps[:2]
-        dv_per_newton = self.config.dt_s / VEHICLE.mass_kg
-        out[..., RES_VEL.start : RES_VEL.start + 2] = (
-            self.newton_per_radps * dv_per_newton * away_radps
-        )
-        return out
-
-
-def test_the_models_force_is_read_at_the_commands_flight_sends(tracking_controller):
-    """Ground truth: the weak rotor adds no horizontal force. A learned model that explains
-    the compensated flight (no force at the commands sent) but reads a force at uncompensated
-    commands must not make the observer report one: the model's force at hover is taken at
-    the hover command that flight sends, its rate compensation included."""
-    truth = hover(tracking_controller, 0.75, compensate=False)["true_offset_radps"][-50:].mean(0)
-    model = RateCommandModel(truth, newton_per_radps=0.1)
-    uncompensated_hover_n = 0.1 * np.linalg.norm(truth[:2])
-    assert uncompensated_hover_n > 0.1  # what the model reads at commands without the offset
-    motion = LearnedMotion(model).bind(np.zeros(model.latent_dim, dtype=np.float32))
-    learned = hover(tracking_controller, 0.75, compensate=True, motion=motion)
-    read_n = learned["read_force_n"][-50:].mean(0)
-    assert np.linalg.norm(read_n) < 0.2 * uncompensated_hover_n
-    assert learned["error_m"][-100:].mean() < 0.01
 
 
 def test_compensation_does_not_feed_back_into_the_estimate(tracking_controller):

@@ -16,15 +16,13 @@ rotor's lost thrust) lands in the estimate, lumped into one force. Two users:
   whatever the vehicle meets, a condition the model has not learned yet included, and z tells
   the policy which condition it is (how the force will change as the vehicle flies).
 
-Such a policy trains reading the residual's force at hover under its z (plus an external
-force), while its roll-outs fly the whole residual, which changes with the vehicle's motion
-(its own drag at speed, a wind's drag on the air-relative velocity). Once a bundle carries a
-learned model, the observer therefore predicts that motion-dependent part too
-(:class:`LearnedMotion`, passed with each command): what the policy reads is then what it
-trained on, and the motion is not answered twice, once through z and once through the force.
-The model's force at hover under the latest latent passes into the estimate unfiltered and
-only the rest goes through the low-pass filter, so when the encoder recognises a condition the
-model knows, the force the policy reads follows at once instead of 0.3 s behind.
+Such a policy trains reading what this observer reads: in its training roll-outs the force
+the prior does not explain, tick by tick, filtered with the same time constant
+(:class:`~vnd_core.rollout.ForceReading`), while z tells it which condition it flies. The
+observer therefore predicts with the prior alone, a bundle with a learned model included: the
+force it reads carries the swing of a wind's drag with the vehicle's velocity, which a policy
+reading only the model's force at hover has to infer from z and does not (measured in
+docs/decisions.md).
 
 A torque (an offset centre of mass, a weak rotor) is not a force: under the vehicle's
 proportional rate loop it leaves a steady body-rate offset, the vehicle turning at the command
@@ -40,21 +38,13 @@ zero. The loop model is deliberately not the prior's single rate time constant: 
 misses the motors' and turns every manoeuvre into a transient offset, and compensating that
 noise costs tracking.
 
-A model fitted to compensated flight has seen, at hover, the commands that flight sends: body
-rates of minus the offset. Its force at hover is therefore taken at that command
-(:class:`Motion` gets the compensation with each call). The same network at uncompensated
-hover commands reads a force the vehicle never met there (0.12-0.15 N on a weak rotor), which
-the policy would answer as a real one and hold the vehicle about a centimetre off its point.
-Without a torque the compensation is near zero and the hover point is the level hover.
-
-:meth:`compensate` also answers the vertical force the prior does not explain, measured where
-the vehicle flies: beside the estimate, the observer filters the prior's own error (the
-force the prior alone misses, learned model or not; :meth:`feedforward_force_n`), and adds the
-thrust whose vertical share cancels its vertical part (:func:`thrust_feedforward_n`), the force
-half of the augmentation. A payload's weight or a weak rotor's lost lift is then held exactly,
-as integral action holds it, where a policy reading the force answers a weight beyond the forces
-it trained on short of fully and sags. A policy flown this way reads only the horizontal part of
-the estimate (:meth:`policy_force_n`), which it answers by tilting. The vertical force is
+:meth:`compensate` also answers the vertical part of the estimate, measured where the vehicle
+flies (:meth:`feedforward_force_n`): it adds the thrust whose vertical share cancels it
+(:func:`thrust_feedforward_n`), the force half of the augmentation. A payload's weight or a
+weak rotor's lost lift is then held exactly, as integral action holds it, where a policy
+reading the force answers a weight beyond the forces it trained on short of fully and sags. A
+policy flown this way reads only the horizontal part of the estimate (:meth:`policy_force_n`),
+which it answers by tilting. The vertical force is
 measured at the operating point rather than taken from a learned model: the model's force at a
 level hover is a reference point off the attitudes a wind is flown at (its vertical part there
 is not the vertical force the vehicle meets), and a policy left to answer a learned weight
@@ -62,16 +52,6 @@ through z holds it no better than a policy without integral action. Its training
 same feed-forward to its roll-outs: the vertical force the residual adds at each state is
 cancelled by thrust along body z (:func:`with_vertical_fed_forward`), an external force's by
 :func:`with_thrust_feedforward`.
-
-A command sent without a learned motion (its latent was not valid: a glitch of the encoder, a
-bundle swap's version mismatch) keeps the last motion for ``motion_hold_s``: the model under
-the last valid latent still predicts the vehicle better than the prior, and dropping it would
-step the force the policy reads by the model's hover force for one tick and then refill it
-through the filter. After the hold the observer goes on with the prior alone. Whenever it
-changes between the prior alone and a model (after the hold, or when a valid latent returns),
-the filtered part takes over the difference in the model's hover force at that instant, so the
-reading does not step: the force is still the same force. Only a change of latent while a
-model is in use moves the reading at once.
 """
 
 from __future__ import annotations
@@ -102,7 +82,6 @@ class ObserverConfig:
     accel_limit_mps2: float = 4.0  # the estimate is clipped to this norm (m/s^2)
     warmup_ticks: int = 5  # ticks before the first estimate (zero until then)
     motor_time_constant_s: float | None = None  # thrust lag assumed; None: the vehicle's
-    motion_hold_s: float = 0.5  # a learned motion stays in use this long without a new one
     rate_time_constant_s: float = 0.3  # first-order low-pass filter of the raw rate offset
     rate_offset_limit_radps: float = 2.0  # the rate offset is clipped to this norm (rad/s)
     rate_substeps: int = 8  # integration steps of the rate-loop model per tick
@@ -123,8 +102,6 @@ class ObserverConfig:
             )
         if not self.rate_substeps >= 1:
             raise ValueError(f"rate_substeps must be >= 1, got {self.rate_substeps}")
-        if not self.motion_hold_s >= 0:
-            raise ValueError(f"motion_hold_s must be >= 0, got {self.motion_hold_s}")
         if self.motor_time_constant_s is not None and not self.motor_time_constant_s >= 0:
             raise ValueError(
                 f"motor_time_constant_s must be >= 0 or None, got {self.motor_time_constant_s}"
@@ -157,21 +134,10 @@ class ForceObserver:
         hover = np.array([vehicle.hover_thrust_n, 0.0, 0.0, 0.0])
         self._commands = [hover.copy() for _ in range(self._delay_whole + 2)]  # newest first
         self._thrust_n = vehicle.hover_thrust_n
-        # the last measurement, the command acting after it (None until it is sent) and the
-        # learned motion sent with that command (None: the prior alone)
-        self._previous: tuple[np.ndarray, np.ndarray | None, Motion | None] | None = None
+        # the last measurement and the command acting after it (None until it is sent)
+        self._previous: tuple[np.ndarray, np.ndarray | None] | None = None
         self._ticks = 0
-        # the filtered acceleration nothing explains, and the learned model's at hover under
-        # the latest latent (zero without a model); the estimate is their clipped sum
-        self._unexplained_mps2 = np.zeros(3)
-        self._known_mps2 = np.zeros(3)
-        # the filtered acceleration the prior alone does not explain (what is fed forward)
-        self._prior_error_mps2 = np.zeros(3)
-        # the last learned motion a command came with, and the commands sent without one since
-        self._held: Motion | None = None
-        self._held_ticks = 0
-        self._model_in_use: bool | None = None  # the last estimate's predictor (None: none yet)
-        self._hold_ticks = round(self.config.motion_hold_s / self.dt_s)
+        self._estimate_mps2 = np.zeros(3)  # filtered and clipped
         self._rate_loop = RateLoopModel(vehicle, tau_s, self.dt_s, self.config.rate_substeps)
         self._rate_alpha = 1.0 - math.exp(-self.dt_s / self.config.rate_time_constant_s)
         self.rate_offset_radps = np.zeros(3)  # filtered and clipped, body frame
@@ -179,10 +145,7 @@ class ForceObserver:
     @property
     def estimate_mps2(self) -> np.ndarray:
         """The external acceleration (3,) in m/s^2, world frame, clipped to the limit."""
-        total = self._known_mps2 + self._unexplained_mps2
-        norm = float(np.linalg.norm(total))
-        limit = self.config.accel_limit_mps2
-        return total * (limit / norm) if norm > limit else total
+        return self._estimate_mps2
 
     def _acting_command(self) -> np.ndarray:
         """Command (4,) the motors produce during the tick that starts now: the command sent
@@ -196,26 +159,18 @@ class ForceObserver:
     def observe(self, measured: np.ndarray) -> np.ndarray:
         """Update with the measurement ``measured`` (13,) taken now; the estimate (3,)."""
         measured = np.asarray(measured, dtype=np.float64)
-        previous, action, motion = self._previous or (None, None, None)
+        previous, action = self._previous or (None, None)
         if previous is not None and action is not None:
             with torch.no_grad():
                 predicted = self.prior(
                     torch.from_numpy(previous)[None], torch.from_numpy(action)[None]
                 )[0, VEL].numpy()
-            prior_error = (measured[VEL] - predicted) / self.dt_s
-            known = np.zeros(3)
-            if motion is not None:
-                predicted = predicted + motion(previous, action, -self.rate_offset_radps)
-                known = motion.hover_accel_mps2
-            raw = (measured[VEL] - predicted) / self.dt_s - known
+            raw = (measured[VEL] - predicted) / self.dt_s
             self._ticks += 1
             self._observe_rates(previous, action, measured)
             if self._ticks >= self.config.warmup_ticks and np.isfinite(raw).all():
-                self._switch_predictor(motion is not None, known)
-                self._unexplained_mps2 = self._filtered(self._unexplained_mps2, raw)
-            if self._ticks >= self.config.warmup_ticks and np.isfinite(prior_error).all():
-                self._prior_error_mps2 = self._filtered(self._prior_error_mps2, prior_error)
-        self._previous = (measured, None, None)
+                self._estimate_mps2 = self._filtered(self._estimate_mps2, raw)
+        self._previous = (measured, None)
         return self.estimate_mps2
 
     def _filtered(self, filtered: np.ndarray, raw: np.ndarray) -> np.ndarray:
@@ -255,40 +210,13 @@ class ForceObserver:
         sent[RATES] -= self.rate_offset_radps
         return sent
 
-    def _switch_predictor(self, model_in_use: bool, known_mps2: np.ndarray) -> None:
-        """Take the model's hover acceleration ``known_mps2`` (3,) for this estimate; when the
-        predictor changed between the prior alone and a model, the filtered part absorbs the
-        difference, so the estimate stays where it was (module docstring)."""
-        if self._model_in_use is not None and model_in_use != self._model_in_use:
-            self._unexplained_mps2 = self._unexplained_mps2 + self._known_mps2 - known_mps2
-        self._model_in_use = model_in_use
-        self._known_mps2 = known_mps2
-
-    def command(self, action: np.ndarray, motion: Motion | None = None) -> None:
+    def command(self, action: np.ndarray) -> None:
         """The command (4,) sent in answer to the last measurement (or, after
-        :meth:`interrupt`, without one: it only joins the command history); ``motion``: the
-        learned motion (:meth:`LearnedMotion.bind`) under the latent the command was flown
-        with, predicted beside the prior for this tick (None: the last one within
-        ``motion_hold_s``, then the prior alone; module docstring)."""
+        :meth:`interrupt`, without one: it only joins the command history)."""
         self._commands = [np.asarray(action, dtype=np.float64), *self._commands[:-1]]
         acting = self._acting_command()
-        motion = self._motion_for(motion)
         if self._previous is not None:
-            self._previous = (self._previous[0], acting, motion)
-
-    def _motion_for(self, motion: Motion | None) -> Motion | None:
-        """The motion to predict this tick with: ``motion``, or the held one while the hold
-        lasts."""
-        if motion is not None:
-            self._held, self._held_ticks = motion, 0
-            return motion
-        if self._held is None:
-            return None
-        self._held_ticks += 1
-        if self._held_ticks <= self._hold_ticks:
-            return self._held
-        self._held = None
-        return None
+            self._previous = (self._previous[0], acting)
 
     def interrupt(self) -> None:
         """The measurement stream skipped a tick (a command went out without a new
@@ -301,10 +229,9 @@ class ForceObserver:
         return self.vehicle.mass_kg * self.estimate_mps2
 
     def feedforward_force_n(self) -> np.ndarray:
-        """The force (3,) in newtons the prior alone does not explain, filtered and clipped as
-        the estimate is, whatever model the commands came with (without one it equals
-        :meth:`force_n`). Its vertical part is what :meth:`compensate` feeds forward."""
-        return self.vehicle.mass_kg * self._prior_error_mps2
+        """The force (3,) in newtons :meth:`compensate` feeds the vertical part of forward: the
+        estimate's (:meth:`force_n`)."""
+        return self.force_n()
 
     def policy_force_n(self) -> np.ndarray:
         """The force (3,) in newtons a policy flown with :meth:`compensate` reads: the
@@ -363,58 +290,6 @@ class RateLoopModel:
             rates = start + (k / self.substeps) * (end - start)
             accel = accel + self._lag * (self.gain * (command - rates) - accel)
         self.accel_radps2 = accel
-
-
-class LearnedMotion:
-    """What a learned model's residual adds for the vehicle's motion (module docstring):
-    D(s, a, z) minus D at hover (level, at rest, hover thrust, the body rates flight sends
-    there), velocity part, world frame.
-
-    The residual is evaluated as the bundle stores it: the band of the replay that the
-    learner's training held its inputs to is not part of a bundle. Far outside the flights it
-    was fitted on it extrapolates, and the observer's clip bounds what reaches the policy."""
-
-    def __init__(self, model: VNDModel) -> None:
-        self.model = model
-        self.dt_s = model.prior.config.dt_s
-        self.hover_state = hover_state((1,))  # (1, 13)
-        self.hover_action = torch.tensor([[model.vehicle.hover_thrust_n, 0.0, 0.0, 0.0]])
-
-    def bind(self, z: np.ndarray) -> Motion:
-        """The motion under latent ``z`` (nz,)."""
-        return Motion(self, torch.as_tensor(np.asarray(z, dtype=np.float32))[None])
-
-
-class Motion:
-    """A :class:`LearnedMotion` under one latent. Called with ``(state (13,), action (4,))``
-    it returns the velocity change (3,) in m/s over one tick that the motion adds, and keeps
-    ``hover_accel_mps2`` (3,): the model's acceleration at hover under the latent, the force
-    (per nominal mass) a policy with a force input trains reading."""
-
-    def __init__(self, learned: LearnedMotion, latent: torch.Tensor) -> None:
-        self.learned = learned
-        self.latent = latent  # (1, nz)
-        self.hover_accel_mps2 = np.zeros(3)
-
-    def __call__(
-        self, state: np.ndarray, action: np.ndarray, hover_rates_radps: np.ndarray | None = None
-    ) -> np.ndarray:
-        """The velocity change (3,) of ``state`` (13,), ``action`` (4,) (class docstring).
-
-        ``hover_rates_radps`` (3,): the body rates the flight commands at hover, the rate
-        compensation it sends (module docstring); zero when None."""
-        learned = self.learned
-        states = torch.cat([torch.as_tensor(state, dtype=torch.float32)[None], learned.hover_state])
-        hover_action = learned.hover_action
-        if hover_rates_radps is not None:
-            hover_action = hover_action.clone()
-            hover_action[0, RATES] = torch.as_tensor(hover_rates_radps, dtype=torch.float32)
-        actions = torch.cat([torch.as_tensor(action, dtype=torch.float32)[None], hover_action])
-        with torch.inference_mode():
-            dv = learned.model.residual_correction(states, actions, self.latent)[:, RES_VEL]
-        dv = dv.double()
-        self.hover_accel_mps2 = (dv[1] / learned.dt_s).numpy()
-        return (dv[0] - dv[1]).numpy()
 
 
 def observer_limit_n(vehicle: VehicleParams, config: ObserverConfig | None = None) -> float:
@@ -491,10 +366,9 @@ def with_vertical_fed_forward(residual: torch.Tensor, quat: torch.Tensor) -> tor
 @torch.no_grad()
 def model_hover_force_n(model: VNDModel, z: torch.Tensor) -> torch.Tensor:
     """The force (B, 3) in newtons the learned ``model`` adds at hover (level, at rest, hover
-    thrust) under latents ``z`` (B, nz), evaluated as the flight's observer evaluates it
-    (:class:`Motion`'s ``hover_accel_mps2``): the residual as the bundle stores it, without
-    the band of the replay that training holds the residual's inputs to. Once the encoder
-    recognises a condition the model knows, this is what the observer reads."""
+    thrust) under latents ``z`` (B, nz): the residual as the bundle stores it, without the
+    band of the replay that training holds the residual's inputs to. What an observer settled
+    at hover in the condition reads of the model's part."""
     batch = z.shape[0]
     state = hover_state((batch,))
     action = torch.tensor([model.vehicle.hover_thrust_n, 0.0, 0.0, 0.0]).expand(batch, -1)

@@ -26,7 +26,13 @@ import torch
 from vnd_core.compiled_rollout import compiled_graphs, compiled_tick
 from vnd_core.policy import PolicyNet
 from vnd_core.reference import Trajectory
-from vnd_core.rollout import WindowState, WindowTerms, rollout_window, window_tick
+from vnd_core.rollout import (
+    ForceReading,
+    WindowState,
+    WindowTerms,
+    rollout_window,
+    window_tick,
+)
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import OMEGA, POS, QUAT, STATE_DIM, VEL, hover_state
 from vnd_core.trainer_config import (
@@ -69,6 +75,7 @@ class EnvBatch:
     delay_weights: torch.Tensor  # (B, 1, K + 1) one-hot over command age 0..K
     lag_alpha: torch.Tensor  # (B, 4) command filter gain per tick (1 = no lag)
     drag: torch.Tensor  # (B, 13) velocity decrement per unit state (drag * dt in VEL slots)
+    reading: torch.Tensor  # (B, 3) force a force-input policy reads now, N (zeros: none)
     trajectory: Trajectory  # per-environment reference
 
 
@@ -82,8 +89,12 @@ class PolicyTrainer:
         vehicle: VehicleParams,
         config: TrainerConfig | None = None,
         z_sampler: ZSampler | None = None,
+        force_reading: ForceReading | None = None,
     ) -> None:
         self.policy = policy
+        # a force-input policy's per-tick reading (rollout.ForceReading); None: the condition's
+        # force columns are read as drawn
+        self.force_reading = force_reading
         self.dynamics = dynamics
         self.vehicle = vehicle
         self.config = config or TrainerConfig()
@@ -153,6 +164,8 @@ class PolicyTrainer:
         drag = torch.zeros(batch, STATE_DIM)
         drag[:, VEL] = c.dt_s * self._uniform(0.0, c.drag_max_per_s, batch, 1)
         z = self.z_sampler(batch, self.generator)
+        # an episode starts with the observer settled on the condition's force
+        reading = z[:, :3].clone() if self.force_reading is not None else torch.zeros(batch, 3)
         return EnvBatch(
             state=state,
             tick=torch.zeros(batch, dtype=torch.long),
@@ -163,6 +176,7 @@ class PolicyTrainer:
             delay_weights=delay_weights.unsqueeze(1),
             lag_alpha=lag_alpha,
             drag=drag,
+            reading=reading,
             trajectory=trajectory,
         )
 
@@ -184,6 +198,7 @@ class PolicyTrainer:
         env.state = env.state.detach()
         env.history = env.history.detach()
         env.applied = env.applied.detach()
+        env.reading = env.reading.detach()
 
     # ---- one window ---------------------------------------------------------------------
     def _window_references(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,7 +243,8 @@ class PolicyTrainer:
         tick runs as one graph compiled once per process (:func:`compiled_tick`).
         """
         env, c = self.env, self.config
-        cost, env.state, env.history, env.applied = rollout_window(
+        reads = self.force_reading is not None
+        cost, env.state, env.history, env.applied, reading = rollout_window(
             self.policy,
             self.builder,
             self._bound_dynamics(),
@@ -239,6 +255,8 @@ class PolicyTrainer:
                 z=env.z,
                 lag_alpha=env.lag_alpha if self.has_lag else None,
                 drag=env.drag if self.has_drag else None,
+                reading=env.reading if reads else None,
+                force_reading=self.force_reading,
             ),
             WindowTerms(
                 ref_state=ref_state,
@@ -250,6 +268,8 @@ class PolicyTrainer:
             c,
             compiled_tick() if c.compile else window_tick,
         )
+        if reading is not None:
+            env.reading = reading
         return cost
 
     def _delay_index(self) -> torch.Tensor:

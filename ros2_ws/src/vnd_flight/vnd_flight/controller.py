@@ -36,7 +36,6 @@ from dataclasses import dataclass
 import numpy as np
 from vnd_core.bundle import Bundle
 from vnd_core.counters import ReasonCounter
-from vnd_core.force_observer import LearnedMotion
 from vnd_core.policy import PolicyNet, PolicyRunner, reference_numpy
 from vnd_core.reference import ReferenceSpec
 from vnd_core.units import NS_PER_S
@@ -188,8 +187,6 @@ class PolicyController:
         self.latent_problem: str | None = None  # why the last tick flew on z = 0 (None: it did not)
         self._last_stamp_ns: int | None = None  # odometry stamp of the previous tick
         self.force_input: ForceInput | None = None  # made for the first bundle with a force input
-        # the active force-input bundle's learned motion, fed to its observer (None: no model)
-        self._learned_motion: LearnedMotion | None = None
 
     @classmethod
     def create(
@@ -290,9 +287,8 @@ class PolicyController:
         command = out.action
         if force_input is not None:
             command = force_input.compensate(out.mode, out.action, state)
-            motion = self._learned_motion.bind(z) if self._learned_motion and z_valid else None
             measured_state = np.asarray(measured, dtype=float)
-            force_input.record(out.mode, measured_state, fresh, command, motion)
+            force_input.record(out.mode, measured_state, fresh, command)
         return TickRecord(
             action=command,
             mode=out.mode,
@@ -351,13 +347,9 @@ class PolicyController:
         a bundle without one flies, so a later one starts on fresh measurements)."""
         if bundle is None or not bundle.policy.force_dim:
             self.force_input = None
-            self._learned_motion = None
             return None
         if self.force_input is None:
             self.force_input = ForceInput(bundle.vehicle)
-        if self._learned_motion is None or self._learned_motion.model is not bundle.model:
-            learned = bundle.model is not None
-            self._learned_motion = LearnedMotion(bundle.model) if learned else None
         return self.force_input
 
     def _runner_for(self, bundle: Bundle | None) -> ReferenceRunner | None:

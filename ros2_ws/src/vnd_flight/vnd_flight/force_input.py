@@ -8,15 +8,12 @@ an upward force, and a policy fed it would answer by cutting thrust, so it would
 under a fallback the commands are not the policy's. Outside those conditions the observer
 starts over and the policy reads no force.
 
-Its update (one step of the prior and, with a learned model, one residual evaluation: about
-a millisecond in torch) runs after the command is published (:meth:`ForceInput.update`), so the
-tick reads the estimate of the previous measurement: the observer's 0.3 s filter makes that one
-tick of age immaterial, and the command does not wait for it. With a bundle that carries a
-learned model, each command goes to the observer with the model's motion under the tick's
-latent (``force_observer``'s docstring); without one the observer predicts with the prior
-alone. A tick whose latent is not valid keeps the motion of the last valid one for the
-observer's ``motion_hold_s`` (0.5 s), then hands over to the prior without a step in the
-force read.
+Its update (one step of the prior) runs after the command is published
+(:meth:`ForceInput.update`), so the tick reads the estimate of the previous measurement: the
+observer's 0.3 s filter makes that one tick of age immaterial, and the command does not wait
+for it. The observer predicts with the prior alone, whatever model the bundle carries: the
+policy trained reading that (``force_observer``'s docstring), and the force read does not
+depend on the encoder's latent or on a bundle swap.
 
 Such a policy reads the horizontal part of the force, and its commands go out with the
 observer's compensation (:meth:`ForceInput.compensate`): the vertical force the prior does not
@@ -32,7 +29,7 @@ them.
 from __future__ import annotations
 
 import numpy as np
-from vnd_core.force_observer import ForceObserver, Motion, ObserverConfig
+from vnd_core.force_observer import ForceObserver, ObserverConfig
 from vnd_core.state import POS, QUAT, RATES
 from vnd_core.vehicle import VehicleParams
 from vnd_core.wire import Mode
@@ -59,9 +56,8 @@ class ForceInput:
         self.min_altitude_m = min_altitude_m
         self.config = config or ObserverConfig()
         self.observer: ForceObserver | None = None  # None: not running
-        # what the next update() feeds the observer: (new measurement or None, command sent,
-        # the learned motion it flew under or None)
-        self._pending: tuple[np.ndarray | None, np.ndarray, Motion | None] | None = None
+        # what the next update() feeds the observer: (new measurement or None, command sent)
+        self._pending: tuple[np.ndarray | None, np.ndarray] | None = None
 
     def force_n(self) -> np.ndarray | None:
         """The observer's force estimate (3,) in newtons now (None: the observer is not
@@ -85,30 +81,22 @@ class ForceInput:
         sent[RATES] = np.clip(sent[RATES], -limit, limit)
         return sent
 
-    def record(
-        self,
-        mode: Mode,
-        measured: np.ndarray,
-        fresh: bool,
-        command: np.ndarray,
-        motion: Motion | None = None,
-    ) -> None:
+    def record(self, mode: Mode, measured: np.ndarray, fresh: bool, command: np.ndarray) -> None:
         """What one tick did: the controller ``mode`` after it, the ``measured`` state (13,),
-        whether that measurement is new (``fresh``), the ``command`` (4,) sent and the learned
-        ``motion`` under the tick's latent (None: none); applied by :meth:`update`. Leaving
-        the flying conditions stops the observer at once."""
+        whether that measurement is new (``fresh``) and the ``command`` (4,) sent; applied by
+        :meth:`update`. Leaving the flying conditions stops the observer at once."""
         flying = mode == Mode.POLICY and float(measured[ALTITUDE]) >= self.min_altitude_m
         if not flying or not np.isfinite(measured).all():
             self.observer, self._pending = None, None
             return
         fresh_measurement = np.array(measured, dtype=np.float64) if fresh else None
-        self._pending = (fresh_measurement, command.copy(), motion)
+        self._pending = (fresh_measurement, command.copy())
 
     def update(self) -> None:
         """Feed the observer what :meth:`record` kept (call after publishing the command)."""
         if self._pending is None:
             return
-        measured, command, motion = self._pending
+        measured, command = self._pending
         self._pending = None
         if self.observer is None:
             if measured is None:
@@ -118,4 +106,4 @@ class ForceInput:
             self.observer.interrupt()  # a command without a new measurement
         else:
             self.observer.observe(measured)
-        self.observer.command(command, motion)
+        self.observer.command(command)

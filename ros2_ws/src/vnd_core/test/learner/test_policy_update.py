@@ -327,3 +327,27 @@ def test_a_force_policy_trains_on_the_condition_with_its_force():
     assert summary["iterations"] == 2
     first = policy.state_dict()["net.0.weight"]
     assert not torch.equal(first[:, -policy.condition_dim :], before["net.0.weight"][:, -11:])
+
+
+def test_a_force_policy_reads_the_force_its_roll_out_meets_tick_by_tick():
+    """In flight the observer reads the force the prior does not explain, low-pass filtered;
+    the roll-outs read the same: an episode starts settled on its force, and a reading set
+    off it follows the roll-out's force at the observer's filter rate."""
+    accel = torch.tensor([1.0, -0.5, 0.0])
+    model = constant_force_model(accel)
+    policy = PolicyNet(VEHICLE, PolicyConfig(force_dim=3))
+    trainer = force_policy_trainer(policy, model)
+    assert trainer.force_reading is not None
+    torch.testing.assert_close(trainer.env.reading, trainer.env.z[:, :3])
+    trainer.env.reading = torch.zeros_like(trainer.env.reading)
+    condition = trainer.env.z.clone()
+    trainer.train_iteration()
+    kept = trainer.env.tick > 0  # episodes the iteration did not restart
+    assert kept.any()
+    ticks = trainer.config.horizon_ticks
+    share = 1.0 - (1.0 - trainer.force_reading.alpha) ** ticks
+    expected = share * condition[kept, :2]
+    assert float(expected.abs().max()) > 0.2  # the reading has moved off zero
+    # the thrust feed-forward's horizontal share at a random policy's tilts moves a few
+    miss_n = (trainer.env.reading[kept, :2] - expected).abs()
+    assert float(miss_n.median()) < 0.02 and float(miss_n.max()) < 0.2, miss_n

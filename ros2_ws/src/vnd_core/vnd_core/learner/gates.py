@@ -140,7 +140,7 @@ def run_gates(
         return reason, checks
     if policy.force_dim and active.policy.force_dim:
         reason, checks["observed_force_cost_m"] = observed_force_regression(
-            policy, active.policy, vehicle, eval_set, v, delay, (model, active.model)
+            policy, active.policy, vehicle, eval_set, v, delay
         )
         if reason:
             return reason, checks

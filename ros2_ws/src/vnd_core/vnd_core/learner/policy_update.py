@@ -54,6 +54,7 @@ from vnd_core.force_observer import (
     with_vertical_fed_forward,
 )
 from vnd_core.policy import ObservationBuilder, PolicyNet
+from vnd_core.rollout import ForceReading
 from vnd_core.state import QUAT
 from vnd_core.trainer import PolicyTrainer, TrainerConfig, ZSampler
 from vnd_core.trainer_config import LatentBoundDynamics, Step
@@ -150,11 +151,15 @@ def on_model_trainer(
     sampler = anchored_latent(
         model.latent_dim, anchor_fraction, latent_pool, pool_fraction, pool_weights
     )
+    reading = None
     if policy.force_dim:
         hover = HoverForce(model)
         sampler = with_force(sampler, FORCE_TRAINING, hover)
         dynamics = forced_dynamics(dynamics, hover)
-    trainer = PolicyTrainer(policy, dynamics, vehicle, on_model_environment(config), sampler)
+        reading = ForceReading.of_observer(model.prior)
+    trainer = PolicyTrainer(
+        policy, dynamics, vehicle, on_model_environment(config), sampler, force_reading=reading
+    )
     if policy.force_dim:
         trainer.builder = ObservedForceInput(trainer.builder, observer_limit_n(vehicle))
     return trainer

@@ -33,20 +33,16 @@
    replay window's mean prior error (its force: measured, not learned; the body-rate offset
    a torque leaves is not applied, because such a policy flies with the observer's rate
    compensation, which cancels it), each policy reading its own encoder's latent of the
-   window and flying with the force its bundle's observer reads there (clipped as it clips
-   it): with a model, the model's force at hover plus what the model misses in the window (the
-   mean prior error less the model's mean residual), without one the mean prior error; of
-   that force the policy reads the horizontal part, and the vertical part the model does not
-   explain goes out as thrust feed-forward, as in flight. The candidate's
+   window and flying with the force the observer reads there (clipped as it clips it): it
+   predicts with the prior alone, so it reads the window's mean prior error; of that force
+   the policy reads the horizontal part, and the vertical part goes out as thrust
+   feed-forward, as in flight. The candidate's
    mean position error may exceed the active policy's by at most ``force_margin_frac`` (plus
    ``force_margin_m``). The physics there is the prior's plus a measured force, not the learned
    model: a candidate trained on the model can gain on gate 4 and still lose the precision the
    observer gives it on the vehicle (measured: a steady 5 m/s hover wind flown at 0.024 m
    after the update that passed gate 4, against the active policy's 0.004 m; on the prior plus
-   that wind's force, 0.013 against 0.002 m). Its reading must be the one the candidate's
-   own observer gives: a model fitted on a wind flown at one tilt can place the wind's force
-   at a level hover 0.28 N off vertically, which the observer reads in flight; read as the
-   measured force instead, the candidate held the gate and sagged 1.4 cm on the vehicle.
+   that wind's force, 0.013 against 0.002 m).
 6. Hover sanity: from rest at the hover point, on the prior with z = 0, the position stays
    within ``hover_max_dev_m`` for ``hover_ticks``. A stability check, not a precision one:
    z = 0 is what the policy reads while the encoder warms up, and once the MMD has spread the
@@ -73,13 +69,13 @@ from vnd_core.dynamics import NominalModel
 from vnd_core.force_observer import (
     clip_to_observer,
     left_to_policy_n,
-    model_hover_force_n,
     observer_limit_n,
     with_thrust_feedforward,
 )
 from vnd_core.learner.novelty import window_unexplained_accel
 from vnd_core.policy import PolicyNet
 from vnd_core.reference import KINDS, ReferenceSpec, Trajectory
+from vnd_core.rollout import ForceReading, next_reading
 from vnd_core.so3 import exp_map, quat_mul
 from vnd_core.state import POS, QUAT, VEL, hover_state
 from vnd_core.trainer import Dynamics, prior_dynamics
@@ -306,11 +302,13 @@ def rollout_errors(
     on it) driven by ``eval_set.z_model``; each command reaches the dynamics ``delay_ticks``
     ticks late (the deployed loop has at least that much latency, and the learned model cannot
     represent it); errors capped at the crash distance, a non-finite state counts as a crash.
-    A policy with a force input flies with the observer's reading ``force_n`` (R, 3) under
-    ``dynamics`` (None: zero, right for the bare prior) as in flight: it reads the horizontal
-    part, and its commands go out with the thrust feed-forward of the vertical part of
-    ``feedforward_n`` (R, 3), the force the prior does not explain there (None: none, for
-    dynamics that cancel it themselves); its history keeps its own commands."""
+    A policy with a force input flies with the observer's reading as in flight: settled on
+    ``force_n`` (R, 3) at the start (None: zero, right for the bare prior), then following
+    the force the prior does not explain under ``dynamics`` tick by tick
+    (:class:`~vnd_core.rollout.ForceReading`); it reads the horizontal part, and its commands
+    go out with the thrust feed-forward of the vertical part of ``feedforward_n`` (R, 3), the
+    force the prior does not explain there (None: none, for dynamics that cancel it
+    themselves); its history keeps its own commands."""
     state = eval_set.initial.clone()
     r = state.shape[0]
     n_prev = policy.config.n_prev_actions
@@ -320,10 +318,17 @@ def rollout_errors(
     in_flight = [policy.action_offset.expand(r, 4)] * delay_ticks  # commands not applied yet
     if not policy.force_dim:
         feedforward_n = None
-    read_n = None if force_n is None or not policy.force_dim else left_to_policy_n(force_n)
-    condition = policy.observation.condition(policy_z, read_n)
+    reading = None
+    if policy.force_dim:
+        reading = torch.zeros(r, 3) if force_n is None else force_n.clone()
+        follow = ForceReading.of_observer(NominalModel(policy.vehicle))
+        limit_n = observer_limit_n(policy.vehicle)
+    condition = policy.observation.condition(policy_z, None)
     for k in range(ticks):
         t_s = torch.full((r,), k * dt_s)
+        if reading is not None:
+            read_n = left_to_policy_n(clip_to_observer(reading, limit_n))
+            condition = policy.observation.condition(policy_z, read_n)
         obs = policy.observation.build_from(
             state, eval_set.trajectory, t_s, prev[:, :n_prev], condition
         )
@@ -332,7 +337,11 @@ def rollout_errors(
         if feedforward_n is not None:
             action = with_thrust_feedforward(action, feedforward_n, state[:, QUAT], policy.vehicle)
         in_flight.append(action)
-        state = dynamics(state, in_flight.pop(0), eval_set.z_model)
+        applied = in_flight.pop(0)
+        nxt = dynamics(state, applied, eval_set.z_model)
+        if reading is not None:
+            reading = next_reading(follow, reading, state, applied, nxt)
+        state = nxt
         ref = eval_set.trajectory.sample(t_s + dt_s).position_m
         error = (state[:, POS] - ref).norm(dim=-1)
         crashed |= ~(error < crash_distance_m)  # NaN compares False: a crash
@@ -412,13 +421,11 @@ def observed_force_regression(
     eval_set: EvalSet,
     config: ValidationConfig,
     delay_ticks: int,
-    models: tuple[VNDModel | None, VNDModel | None] = (None, None),
 ) -> tuple[str | None, dict]:
     """Gate 5b: (reason or None, figures) of both policies holding position in ``eval_set``'s
     station-keeping rollouts on the prior corrected by each window's mean prior error, reading
-    the force the observer of their bundle's ``models`` (candidate's, active's; None: none)
-    reads there (policies with a force input); the vertical force the prior does not explain
-    goes out as thrust feed-forward, as in flight."""
+    the force the observer reads there (policies with a force input); the vertical force the
+    prior does not explain goes out as thrust feed-forward, as in flight."""
     eval_set = eval_set.subset(eval_set.holds)
     figures: dict = {"windows": len(eval_set.holds)}
     if figures["windows"] == 0:
@@ -428,16 +435,8 @@ def observed_force_regression(
     correction = eval_set.mean_error * eval_set.mean_error.new_tensor(
         COMPONENT_MASKS["translational"]
     )
-    limit_n = observer_limit_n(vehicle)
-    reads = [
-        clip_to_observer(observer_reading(vehicle, dt_s, eval_set, model, z, residual), limit_n)
-        for model, z, residual in (
-            (models[0], eval_set.z_model, eval_set.model_residual),
-            (models[1], eval_set.z_active, eval_set.active_residual),
-        )
-    ]
-    # the feed-forward answers what an observer without a model reads: the prior's error
-    prior_error_n = observer_reading(vehicle, dt_s, eval_set, None, eval_set.z_model, None)
+    # the observer predicts with the prior alone: it reads the window's mean prior error
+    read_n = clip_to_observer(observer_reading(vehicle, dt_s, eval_set), observer_limit_n(vehicle))
 
     def pushed(state: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         return apply_residual(prior(state, action), correction)
@@ -451,8 +450,8 @@ def observed_force_regression(
             config,
             dt_s,
             delay_ticks,
-            (reads[0], reads[1]),
-            clip_to_observer(prior_error_n, limit_n),
+            (read_n, read_n),
+            read_n,
         )
     )
     allowed = figures["active"] * (1.0 + config.force_margin_frac) + config.force_margin_m
@@ -465,27 +464,10 @@ def observed_force_regression(
     return None, figures
 
 
-def observer_reading(
-    vehicle: VehicleParams,
-    dt_s: float,
-    eval_set: EvalSet,
-    model: VNDModel | None,
-    z: torch.Tensor,
-    residual: torch.Tensor | None,
-) -> torch.Tensor:
-    """What a flight's observer reads (R, 3) in ``eval_set``'s windows with a bundle's
-    ``model`` under latents ``z`` (R, nz) whose mean residual over each window is
-    ``residual`` (R, 12).
-
-    The observer predicts with the prior plus the model's motion (its residual less its
-    residual at hover), so it reads the force at hover plus what the model misses in the
-    window: the window's mean prior error less the model's mean residual, plus the model's
-    force at hover. Without a model it reads the window's mean prior error."""
-    error_n = vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
-    if model is None or residual is None:
-        return error_n
-    known_n = model_hover_force_n(model, z)
-    return error_n - vehicle.mass_kg * residual[:, RES_VEL] / dt_s + known_n
+def observer_reading(vehicle: VehicleParams, dt_s: float, eval_set: EvalSet) -> torch.Tensor:
+    """What a flight's observer reads (R, 3) in ``eval_set``'s windows: it predicts with the
+    prior alone, so the window's mean prior error as a force."""
+    return vehicle.mass_kg * eval_set.mean_error[:, RES_VEL] / dt_s
 
 
 def model_worse_than_prior(
