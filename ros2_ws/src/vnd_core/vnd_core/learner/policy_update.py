@@ -25,14 +25,18 @@ policy trained against it learns to fight torques the vehicle does not have.
 
 A policy with a force input (``PolicyConfig.force_dim``) reads, besides z, the force the prior
 does not explain, which a :class:`~vnd_core.force_observer.ForceObserver` estimates in flight.
-Its training shows it the force an observer would read (:func:`with_force`): the residual's
-force at hover under the episode's z, plus, in a share of the episodes, a constant world-frame
-force the dynamics add to prior ⊕ D(., ., z) (:class:`ForceTraining`). So the policy keeps
-answering what the model has not learned yet (a new condition before its first update, a wind
-stronger than any it has seen), and z tells it what the model knows of the condition. As in
-flight, it reads the horizontal part of that force, and its actions reach the roll-out with the
-observer's thrust feed-forward of the vertical force the prior does not explain, the residual's
-(:func:`anchored_dynamics`) and the external force's (:func:`forced_dynamics`).
+Its training shows it what that observer reads: every roll-out tick, the force the prior does
+not explain over the last tick, low-pass filtered as the observer filters it
+(:class:`~vnd_core.rollout.ForceReading`). An episode starts with the reading settled on its
+condition's force (:func:`with_force`): the residual's force at hover under the episode's z
+plus, in a share of the episodes, a constant world-frame force the dynamics add to
+prior ⊕ D(., ., z) (:class:`ForceTraining`). So the policy keeps answering what the model has
+not learned yet (a new condition before its first update, a wind stronger than any it has
+seen), reads the swing of a wind's drag with its velocity as the flight's observer reports it,
+and z tells it what the model knows of the condition. As in flight, it reads the horizontal
+part of that force, and its actions reach the roll-out with the observer's thrust feed-forward
+of the vertical force the prior does not explain, the residual's (:func:`anchored_dynamics`)
+and the external force's (:func:`forced_dynamics`).
 """
 
 from __future__ import annotations
@@ -179,12 +183,9 @@ FORCE_TRAINING = ForceTraining()
 
 
 class HoverForce:
-    """The force (B, 3) in newtons the learned model adds at hover under latents z (B, nz), as
-    the flight's observer reads it once the encoder recognises the condition
-    (:func:`~vnd_core.force_observer.model_hover_force_n`: the residual as the bundle stores
-    it, not held to the replay's band as the roll-outs hold it, which at a level hover off the
-    replay's attitudes reads differently); zero for the anchors (z = 0), which fly the bare
-    prior."""
+    """The force (B, 3) in newtons the learned model adds at hover under latents z (B, nz)
+    (:func:`~vnd_core.force_observer.model_hover_force_n`), the reading an episode starts
+    settled on; zero for the anchors (z = 0), which fly the bare prior."""
 
     def __init__(self, model: VNDModel) -> None:
         self.model = model
@@ -199,11 +200,12 @@ class HoverForce:
 
 
 def with_force(sampler: ZSampler, forces: ForceTraining, hover: HoverForce) -> ZSampler:
-    """The condition per episode (B, 3 + nz): the force input, then the z of ``sampler``.
+    """The condition per episode (B, 3 + nz): the force, then the z of ``sampler``.
 
-    The force input is what an observer reads at hover: the residual's force under z
+    The force is what an observer settled at hover reads: the residual's force under z
     (``hover``) plus, in a share ``forces.fraction`` of the episodes, an external force drawn
-    from ``forces`` that :func:`forced_dynamics` applies."""
+    from ``forces`` that :func:`forced_dynamics` applies. The policy's reading starts there
+    and then follows the roll-out (:class:`~vnd_core.rollout.ForceReading`)."""
 
     def sample(batch: int, generator: torch.Generator) -> torch.Tensor:
         z = sampler(batch, generator)
@@ -219,12 +221,12 @@ def with_force(sampler: ZSampler, forces: ForceTraining, hover: HoverForce) -> Z
 
 
 class ObservedForceInput(ObservationBuilder):
-    """The training observation of a policy with a force input: its force columns as the
-    flight's observer reports them, clipped to ``limit_n`` (:func:`clip_to_observer`), while
-    the roll-out applies the whole force. A policy that trained on forces the observer never
-    reports would read a clipped force in flight as a weaker push than the one it meets. Of
-    that reading the policy sees the part the thrust feed-forward leaves it
-    (:func:`~vnd_core.force_observer.left_to_policy_n`), as in flight."""
+    """The training observation of a policy with a force input: its force columns (the roll-out's
+    reading) as the flight's observer reports them, clipped to ``limit_n``
+    (:func:`clip_to_observer`), while the roll-out applies the whole force. A policy that
+    trained on forces the observer never reports would read a clipped force in flight as a
+    weaker push than the one it meets. Of that reading the policy sees the part the thrust
+    feed-forward leaves it (:func:`~vnd_core.force_observer.left_to_policy_n`), as in flight."""
 
     def __init__(self, builder: ObservationBuilder, limit_n: float) -> None:
         # the wrapped builder's scales, layout and maps as they are: only the condition differs
@@ -240,12 +242,11 @@ class ObservedForceInput(ObservationBuilder):
 
 def forced_dynamics(dynamics: LatentBoundDynamics, hover: HoverForce) -> LatentBoundDynamics:
     """``dynamics`` under a condition (B, 3 + nz) of :func:`with_force`: the z part drives
-    ``dynamics``, and the force input minus the model's force at hover as the observer reads
-    it (``hover``) is an external world-frame force (N) on the nominal mass, held over each
-    tick. The actions reach the vehicle as the flight sends them: with the observer's thrust
-    feed-forward of that force's vertical part
-    (:func:`~vnd_core.force_observer.with_thrust_feedforward`; ``dynamics`` cancels the
-    residual's own, :func:`anchored_dynamics`)."""
+    ``dynamics``, and the condition's force minus the model's force at hover (``hover``) is an
+    external world-frame force (N) on the nominal mass, held over each tick. The actions reach
+    the vehicle as the flight sends them: with the observer's thrust feed-forward of that
+    force's vertical part (:func:`~vnd_core.force_observer.with_thrust_feedforward`;
+    ``dynamics`` cancels the residual's own, :func:`anchored_dynamics`)."""
     vehicle = hover.vehicle
 
     def bind_latent(condition: torch.Tensor) -> Step:
