@@ -4,8 +4,9 @@ The loop of :mod:`vnd_flight.fault_flight` with no fault and with the encoder: t
 vehicle on its stand with its 100 Hz motion capture, the pose filter, the encoder's latent
 estimator and the policy node's controller (safety filter, force observer, rate
 compensation), at the nodes' timing. It measures the state as the stack does (motion capture
-through the pose filter), so it ranks bundles as the stack ranks them where the evaluation
-loop of ``vnd eval`` (white noise on the true state) does not: docs/results.md.
+through the pose filter), and flies bundles within a few millimetres of the stack and in its
+order (docs/decisions.md). A flight report's references are flown so; ``vnd eval`` flies
+every run on the same loop (:mod:`vnd_flight.evaluation_flight`).
 """
 
 from __future__ import annotations
