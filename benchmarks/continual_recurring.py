@@ -1,8 +1,8 @@
 """Continual improvement on recurring_wind in simulated time, without the middleware.
 
-Flies ``recurring_wind`` (calm, wind A, calm, wind B, wind A) on the true plant with the VND
-learner of ``make demo`` (preset ``standard``, ``--learner-param`` to change fields) through
-:func:`run_method`, and the base bundle beside it. Each update's bundle flies after the compute
+Flies ``recurring_wind`` (calm, wind A, calm, wind B, wind A) on the stack's flight runtime
+(as ``vnd eval`` flies it) with the VND learner of ``make demo`` (preset ``standard``,
+``--learner-param`` to change fields) through :func:`run_method`, and the base bundle beside it. Each update's bundle flies after the compute
 it took (its CPU time over the learner's core share beside the stack, as ``vnd eval`` charges
 it), or ``--update-delay`` seconds after it starts. Per seed: the RMSE of every phase (whole and
 settled: its second half), recovery, the first bundle landing in the phase, how much lower the
