@@ -1,14 +1,15 @@
 """Continual improvement on recurring_wind in simulated time, without the middleware.
 
-Flies ``recurring_wind`` (calm, wind A, calm, wind B, wind A) on the stack's flight runtime
-(as ``vnd eval`` flies it) with the VND learner of ``make demo`` (preset ``standard``,
-``--learner-param`` to change fields) through :func:`run_method`, and the base bundle beside it. Each update's bundle flies after the compute
-it took (its CPU time over the learner's core share beside the stack, as ``vnd eval`` charges
-it), or ``--update-delay`` seconds after it starts. Per seed: the RMSE of every phase (whole and
-settled: its second half), recovery, the first bundle landing in the phase, how much lower the
-second wind-A phase is than the first and than the base bundle's, model updates and policy
-improvements. Prints one JSON object last: ``improvement_pct`` and ``below_base_pct`` (per
-seed, with means), ``phases`` and ``base_phases`` (per seed), ``updates`` (per seed).
+Flies ``recurring_wind`` (calm, wind A, calm, wind B, wind A) on the stack's flight runtime (as
+``vnd eval`` flies it) with the VND learner of ``make demo`` (preset ``standard``,
+``--learner-param`` to change fields) through :func:`run_method`, and the base bundle beside it.
+Each update's bundle flies after the compute it took (its CPU time over the learner's core share
+beside the stack, as ``vnd eval`` charges it), or ``--update-delay`` seconds after it starts. Per
+seed: the RMSE of every phase (whole and settled: its second half), recovery, the first bundle
+landing in the phase, how much lower the second wind-A phase is than the first and than the base
+bundle's, model updates and policy improvements. Prints one JSON object last: ``improvement_pct``
+and ``below_base_pct`` (per seed, with means), ``phases`` and ``base_phases`` (per seed),
+``updates`` (per seed).
 """
 
 from __future__ import annotations
