@@ -10,7 +10,8 @@ state misranks force-observer bundles against the stack (docs/decisions.md).
 
 The policy's latent comes from the method's latent mode:
 
-- encoder: the encoder node's logic on the active bundle's model (:class:`ModelEncoder`);
+- encoder: the encoder node's logic on the active bundle's model
+  (:class:`~vnd_flight.fault_flight.EncoderLatent`);
 - oracle: the true disturbance of the plant at the tick (:class:`OracleLatent`);
 - online: the method's own per-run estimator (:class:`OnlineLatent`, rma's module);
 - none: z = 0.
@@ -40,41 +41,15 @@ from vnd_core.evaluation.continual_loop import (
     LatentSource,
     Method,
 )
-from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.learner import TickRecords
 from vnd_core.plant_parts import PlantConfig
-from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario
 from vnd_core.simulation import SimulatedVehicle
-from vnd_core.state import POS
 
 from vnd_flight.controller import TickRecord
-from vnd_flight.fault_flight import FaultFlight, LatentProvider, RuntimeLoop
+from vnd_flight.fault_flight import EncoderLatent, FaultFlight, LatentProvider, RuntimeLoop
 
 TAKE_OFF_S = 5.0  # scenario time not scored: the controller's rejoin of a moving reference
-
-
-class ModelEncoder:
-    """The encoder node's logic on the model of the bundle flying (None without one)."""
-
-    def __init__(self, bundle: Bundle) -> None:
-        self.estimator = LatentEstimator()
-        self.use(bundle)
-
-    def use(self, bundle: Bundle) -> None:
-        """Encode with ``bundle``'s model from now on."""
-        self.has_model = bundle.model is not None
-        self.estimator.set_model(bundle.model)
-
-    def latent(self, now_ns: int, state: np.ndarray, stamp_ns: int) -> np.ndarray | None:
-        """The latent from the context up to the previous tick (None: no model, or the
-        context is not full)."""
-        return self.estimator.latent() if self.has_model else None
-
-    def after_command(self, stamp_ns: int, state: np.ndarray, action: np.ndarray) -> None:
-        """Into the encoder's context."""
-        self.estimator.add_odometry(stamp_ns, state)
-        self.estimator.add_command(stamp_ns, np.asarray(action, dtype=float))
 
 
 class OracleLatent:
@@ -127,7 +102,7 @@ class RuntimeSide:
             FaultFlight(fault="none", seed=seed),
             plant_config=plant_config,
         )
-        self.encoder = ModelEncoder(bundle) if method.latent_mode == LATENT_ENCODER else None
+        self.encoder = EncoderLatent(bundle) if method.latent_mode == LATENT_ENCODER else None
         self.loop.latent = self._provider(method, bundle)
         self.loop.on_tick = self._record
         self._rows: list[tuple] = []
@@ -183,18 +158,15 @@ class RuntimeSide:
 
     def trace(self) -> FlownTrace:
         """The vehicle's samples after the take-off, against the scenario's reference."""
-        trace = self.loop.trace()
         phases = self.scenario.phases
         scored_from_s = min(TAKE_OFF_S, phases[1].start_s if len(phases) > 1 else TAKE_OFF_S)
-        flying = trace["t_s"] >= scored_from_s
-        time_s = trace["t_s"][flying]
-        position_m = trace["truth"][flying][:, POS]
-        reference_m = reference_numpy(self.scenario.reference, time_s)[0]
+        time_s, error_m = self.loop.tracking_error(self.scenario.reference)
+        scored = time_s >= scored_from_s
         return FlownTrace(
-            time_s=time_s,
-            error_m=np.linalg.norm(position_m - reference_m, axis=1),
-            condition=np.array([self.scenario.phase_at(t) for t in time_s], dtype=np.str_),
-            crashed=bool(trace["crashed"].any()),
+            time_s=time_s[scored],
+            error_m=error_m[scored],
+            condition=np.array([self.scenario.phase_at(t) for t in time_s[scored]], dtype=np.str_),
+            crashed=bool(self.loop.trace()["crashed"].any()),
         )
 
 

@@ -30,6 +30,7 @@ from vnd_core.bundle import Bundle
 from vnd_core.latent_estimator import LatentEstimator
 from vnd_core.plant_parts import PlantConfig
 from vnd_core.policy import reference_numpy
+from vnd_core.reference import ReferenceSpec
 from vnd_core.scenario import Scenario, load_scenario, scenario_from_mapping
 from vnd_core.simulation import SimSample, SimulatedVehicle, SimulationConfig
 from vnd_core.state import POS, QUAT, VEL
@@ -166,15 +167,21 @@ class LatentProvider(Protocol):
 
 
 class EncoderLatent:
-    """The encoder node's logic: the latent inferred from the context up to the previous
-    tick's odometry and command (the encoder publishes it right after that command; it
-    arrives well before the next odometry)."""
+    """The encoder node's logic on the model of the bundle flying: the latent inferred from
+    the context up to the previous tick's odometry and command (the encoder publishes it right
+    after that command; it arrives well before the next odometry)."""
 
-    def __init__(self, estimator: LatentEstimator) -> None:
-        self.estimator = estimator
+    def __init__(self, bundle: Bundle) -> None:
+        self.estimator = LatentEstimator()
+        self.use(bundle)
+
+    def use(self, bundle: Bundle) -> None:
+        """Encode with ``bundle``'s model from now on (none: no latent)."""
+        self.estimator.set_model(bundle.model)
 
     def latent(self, now_ns: int, state: np.ndarray, stamp_ns: int) -> np.ndarray | None:
-        """The estimator's newest latent (None until its context is full)."""
+        """The estimator's newest latent (None without a model or until its context is
+        full)."""
         return self.estimator.latent()
 
     def after_command(self, stamp_ns: int, state: np.ndarray, action: np.ndarray) -> None:
@@ -370,6 +377,14 @@ class RuntimeLoop:
             valid=True,
             z=np.asarray(z, dtype=np.float32),
         )
+
+    def tracking_error(self, reference: ReferenceSpec) -> tuple[np.ndarray, np.ndarray]:
+        """Scenario time (N,) of every motion-capture sample and the true position's distance
+        (N,) in m from ``reference`` at that time."""
+        trace = self.trace()
+        time_s = trace["t_s"]
+        reference_m = reference_numpy(reference, time_s)[0]
+        return time_s, np.linalg.norm(trace["truth"][:, POS] - reference_m, axis=1)
 
     def trace(self) -> dict[str, np.ndarray]:
         """Scenario time (N,), truth (N, 13), mode (N,), crashed (N,), on_floor (N,)."""

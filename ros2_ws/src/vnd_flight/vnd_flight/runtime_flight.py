@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 from vnd_core.bundle import Bundle
-from vnd_core.latent_estimator import LatentEstimator
-from vnd_core.policy import reference_numpy
 from vnd_core.scenario import Scenario
 from vnd_core.state import POS
 
@@ -29,8 +27,7 @@ class RuntimeFlight:
 
     time_s: np.ndarray  # (N,) scenario time
     position_m: np.ndarray  # (N, 3) true position
-    reference_m: np.ndarray  # (N, 3) the scenario's reference position
-    error_m: np.ndarray  # (N,) distance between the two
+    error_m: np.ndarray  # (N,) its distance from the scenario's reference
     latent_valid: float  # share of the policy's ticks that had a valid latent
     crashed: bool  # the vehicle crashed
 
@@ -38,24 +35,16 @@ class RuntimeFlight:
 def fly_scenario(bundle: Bundle, scenario: Scenario, seed: int = 0) -> RuntimeFlight:
     """Fly ``scenario`` with ``bundle`` (frozen: no learner) from the stand, its encoder
     feeding the policy when the bundle has a model."""
-    vehicle = bundle.vehicle
     flight = FaultFlight(fault="none", seed=seed)
-    encoder = None
-    if bundle.model is not None:
-        estimator = LatentEstimator()
-        estimator.set_model(bundle.model)
-        encoder = EncoderLatent(estimator)
-    loop = RuntimeLoop.on_scenario(vehicle, bundle, scenario, flight, encoder)
+    loop = RuntimeLoop.on_scenario(bundle.vehicle, bundle, scenario, flight, EncoderLatent(bundle))
     loop.run(scenario.duration_s + 1.0, scenario.duration_s)  # the fault "none" never acts
+    time_s, error_m = loop.tracking_error(scenario.reference)
     trace = loop.trace()
-    time_s, position_m = trace["t_s"], trace["truth"][:, POS]
-    reference_m = reference_numpy(scenario.reference, time_s)[0]
     ticks = max(len(loop.tick_times_ns), 1)
     return RuntimeFlight(
         time_s=time_s,
-        position_m=position_m,
-        reference_m=reference_m,
-        error_m=np.linalg.norm(position_m - reference_m, axis=1),
+        position_m=trace["truth"][:, POS],
+        error_m=error_m,
         latent_valid=loop.valid_latent_ticks / ticks,
         crashed=bool(trace["crashed"].any()),
     )

@@ -455,8 +455,6 @@ def test_calm_gate_rejects_a_policy_that_tracks_worse_on_the_prior():
         calm=torch.ones(rollouts, dtype=torch.bool),
         mean_error=torch.zeros(rollouts, 12),
         holds=torch.zeros(rollouts, dtype=torch.bool),
-        model_residual=torch.zeros(rollouts, 12),
-        active_residual=None,
     )
     config = ValidationConfig(eval_ticks=100)
     reason, figures = calm_tracking_regression(candidate, active, VEHICLE, eval_set, config, 2)
@@ -503,8 +501,6 @@ def test_observed_force_gate_flies_the_windows_force_and_rejects_worse_station_k
         calm=torch.zeros(rollouts, dtype=torch.bool),
         mean_error=mean_error,
         holds=torch.ones(rollouts, dtype=torch.bool),
-        model_residual=torch.zeros(rollouts, 12),
-        active_residual=None,
     )
     still = dataclasses.replace(pushed, mean_error=torch.zeros(rollouts, 12))
     config = ValidationConfig(eval_ticks=100)
@@ -540,8 +536,6 @@ def test_the_observed_force_gate_reads_the_measured_force_whatever_the_model():
         calm=torch.zeros(rollouts, dtype=torch.bool),
         mean_error=mean_error,
         holds=torch.ones(rollouts, dtype=torch.bool),
-        model_residual=mean_error.clone(),
-        active_residual=None,
     )
     read_n = observer_reading(VEHICLE, PERIOD_S, eval_set)
     torch.testing.assert_close(read_n, measured_n.expand(rollouts, 3))
@@ -568,8 +562,6 @@ def test_the_observed_force_gate_feeds_forward_a_weight_the_model_explains():
         calm=torch.zeros(rollouts, dtype=torch.bool),
         mean_error=weight,
         holds=torch.ones(rollouts, dtype=torch.bool),
-        model_residual=weight,
-        active_residual=weight,
     )
     calm = dataclasses.replace(loaded, mean_error=torch.zeros(rollouts, 12))
     config = ValidationConfig(eval_ticks=150)

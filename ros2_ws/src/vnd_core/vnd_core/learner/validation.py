@@ -181,10 +181,6 @@ class EvalSet:
     calm: torch.Tensor  # (R,) bool: the window's mean prior velocity error is below calm_accel
     mean_error: torch.Tensor  # (R, 12) the window's mean prior error per residual component
     holds: torch.Tensor  # (R,) bool: the rollout holds position from the replay state
-    # (R, 12) the window's mean residual of the new model under z_model, and of the active
-    # model under z_active (None: the active bundle has no model)
-    model_residual: torch.Tensor
-    active_residual: torch.Tensor | None
 
     def subset(self, rows: torch.Tensor) -> EvalSet:
         """The rollouts selected by the bool mask ``rows`` (R,)."""
@@ -203,8 +199,6 @@ class EvalSet:
             self.calm[rows],
             self.mean_error[rows],
             self.holds[rows],
-            self.model_residual[rows],
-            None if self.active_residual is None else self.active_residual[rows],
         )
 
 
@@ -228,8 +222,6 @@ def make_eval_set(
         prior_accel = window_unexplained_accel(None, context, model.prior.config.dt_s)
         calm = prior_accel <= config.calm_accel_mps2
         mean_error = context[..., INPUT_DIM:].mean(dim=1)  # (R, 12)
-        model_residual = model.residual(context[..., :INPUT_DIM], z_model[:, None]).mean(dim=1)
-        active_residual = None
         if active_model is not None:
             # The window ends at the same transition for both encoders (context lengths may
             # differ, a shorter one reads only the most recent part).
@@ -237,9 +229,6 @@ def make_eval_set(
             offset = model.context_len - c_old
             old_context = dataset.context(pick + offset, c_old)
             z_active = active_model.encoder(old_context)
-            active_residual = active_model.residual(
-                old_context[..., :INPUT_DIM], z_active[:, None]
-            ).mean(dim=1)
         else:
             z_active = torch.zeros(r, active_latent_dim)
     # Station keeping from replay states: each of the first rollouts starts at the state its
@@ -271,17 +260,7 @@ def make_eval_set(
     )
     initial = torch.cat([replay_state, start[:m]])
     holds = torch.arange(r) < n_hold
-    return EvalSet(
-        z_model,
-        z_active,
-        trajectory,
-        initial,
-        calm,
-        mean_error,
-        holds,
-        model_residual,
-        active_residual,
-    )
+    return EvalSet(z_model, z_active, trajectory, initial, calm, mean_error, holds)
 
 
 @torch.no_grad()
