@@ -12,7 +12,12 @@ from vnd_core.bundle import Bundle, bundle_to_bytes, content_id, load_bundle, sh
 from vnd_core.dynamics import NominalModel
 from vnd_core.evaluation.baselines import clone_policy
 from vnd_core.learner.continual import ContinualLearner, LearnerConfig
-from vnd_core.learner.novelty import UnexplainedCounter, long_runs, ticks_in_long_runs
+from vnd_core.learner.novelty import (
+    UnexplainedCounter,
+    long_runs,
+    ticks_in_long_runs,
+    window_unexplained_accel,
+)
 from vnd_core.learner.records import TickRecords, records_from_arrays
 from vnd_core.learner.segmenter import to_segments
 from vnd_core.learner.validation import (
@@ -28,7 +33,7 @@ from vnd_core.learner.validation import (
 )
 from vnd_core.policy import PolicyConfig, PolicyNet
 from vnd_core.reference import ReferenceSpec, Trajectory
-from vnd_core.state import hover_state
+from vnd_core.state import VEL, hover_state
 from vnd_core.trainer import TrainerConfig
 from vnd_core.vehicle import load_vehicle
 from vnd_core.vnd.data import TransitionDataset
@@ -293,6 +298,31 @@ def test_unexplained_windows_are_judged_once_as_the_replay_grows():
     assert len(at_once) == 2 * 128 and at_once[:128].all() and not at_once[128:].any()
     for chunk in (1, 7, 30, 149):
         np.testing.assert_array_equal(judged(None, records, chunk), at_once)
+
+
+def test_a_weak_steady_force_under_velocity_noise_is_unexplained_and_noise_alone_is_not():
+    """A lost rotor's lift (0.8 m/s^2 down) seen through noisy velocities: single windows fall
+    below the threshold too often to form runs; averaged over windows the force is counted
+    throughout and the same noise in calm air is not."""
+    prior = NominalModel(VEHICLE)
+    generator = torch.Generator().manual_seed(1)
+    forces = torch.tensor([[0.0, 0.0, -0.8 * VEHICLE.mass_kg], [0.0, 0.0, 0.0]])
+    segments = simulate_with_forces(prior, forces, 600, generator, thrust_noise_n=0.3)
+    rng = np.random.default_rng(0)
+    counts, single = {}, {}
+    for segment, name in zip(segments, ["lift_lost", "calm"], strict=True):
+        states = segment.states.numpy().copy()
+        states[:, VEL] += rng.normal(0.0, 0.12, (len(states), 3))  # velocity noise, m/s
+        records = records_from_arrays(states, segment.actions.numpy(), 0, PERIOD_S, name)
+        counts[name] = ticks_in_long_runs(judged(None, records, 50), 50)
+        dataset = TransitionDataset(prior, to_segments(records, PERIOD_S, 1.5), 2)
+        context = dataset.context(dataset.window_starts(CONTEXT_LEN, 0), CONTEXT_LEN)
+        accel = window_unexplained_accel(None, context, PERIOD_S).numpy()
+        single[name] = ticks_in_long_runs(accel > 0.5, 50)
+    windows = (600 - 1 - 2) - CONTEXT_LEN + 1
+    assert single["lift_lost"] < 0.5 * windows  # the noise breaks runs of single windows
+    assert counts["lift_lost"] > 0.9 * windows
+    assert counts["calm"] == 0
 
 
 def test_unexplained_windows_count_only_in_long_runs():

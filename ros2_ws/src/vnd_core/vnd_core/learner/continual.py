@@ -220,10 +220,11 @@ class ContinualLearner:
     def unexplained_new_ticks(self) -> int:
         """New ticks (stored since the last update started) whose window of ``context_len``
         transitions the active model does not explain (:mod:`novelty`: mean velocity error
-        after its residual above the calm gate's ``calm_accel_mps2``), counted in runs of at
-        least ``UNEXPLAINED_RUN_TICKS``. Judged incrementally, at most every 25 stored ticks
-        (the worker asks five times a second); a new active bundle judges them all again.
-        0 when ``min_unexplained_ticks`` is 0 (not counted)."""
+        after its residual, averaged over 0.5 s of windows, above the calm gate's
+        ``calm_accel_mps2``), counted in runs of at least ``UNEXPLAINED_RUN_TICKS``. Judged
+        incrementally, at most every 25 stored ticks (the worker asks five times a second); a
+        new active bundle judges them all again. 0 when ``min_unexplained_ticks`` is 0 (not
+        counted)."""
         return self._count_new("model", self._active.model)
 
     def informative_new_ticks(self) -> int:

@@ -1,11 +1,12 @@
 """Flight the active model does not explain: what the update trigger counts.
 
 A context window (C transitions, the states as the encoder reads them in flight) is
-*unexplained* when its mean one-step velocity error, after the active model's residual at the
-latent its encoder gives that same window, is above ``calm_accel_mps2`` (the calm gate's
-threshold, as an acceleration): measurement noise averages out over the window, a force the
-model has not learned does not. Without a model (a base bundle) the residual is zero and the
-measure is the prior's error.
+*unexplained* when its one-step velocity error, after the active model's residual at the
+latent its encoder gives that same window, averaged over the window and the
+``UNEXPLAINED_AVERAGE_WINDOWS`` windows that end before it, is above ``calm_accel_mps2`` (the
+calm gate's threshold, as an acceleration): measurement noise averages out, a force the model
+has not learned does not. Without a model (a base bundle) the residual is zero and the measure
+is the prior's error.
 
 Why the active model and not the prior: a condition learned once must not start an update for
 every new tick of it. Counted against the prior, every windy tick is new, so the learner spent
@@ -32,24 +33,54 @@ from vnd_core.vnd.data import Segment, TransitionDataset
 from vnd_core.vnd.features import INPUT_DIM, RES_VEL
 from vnd_core.vnd.model import VNDModel, VNDModelConfig
 
-# Unexplained windows count only in runs this long (1 s): in the demo's calm figure-eight flight
-# about 10 % of the windows (as the pose filter gives them) exceed the calm threshold, in runs of
-# at most 7 ticks; under 4 m/s wind all of them do, in one run per phase.
+# Unexplained windows count only in runs this long (1 s): scattered ones are transitions or
+# outliers of a condition the model explains, not a new condition.
 UNEXPLAINED_RUN_TICKS = 50
 
+# A window's error is averaged with the windows that end in the 0.5 s before it (within one run
+# of the replay). One window of 12 transitions, with the pose filter's velocities, leaves a calm
+# figure-eight a median error of 0.7 m/s^2, above the calm threshold on a third of the windows,
+# so a damaged rotor's lost lift (0.8 m/s^2) rarely stays above it for a whole run; averaged,
+# calm flight falls to 0.06-0.24 m/s^2 and the lost lift is above the threshold throughout.
+UNEXPLAINED_AVERAGE_WINDOWS = 25
 
-def window_unexplained_accel(
+
+def window_unexplained_error(
     model: VNDModel | None, context: torch.Tensor, dt_s: float
 ) -> torch.Tensor:
-    """Mean one-step velocity error (B,) [m/s^2] of context windows (B, C, 28) after ``model``'s
-    residual at the latent of each window (``model`` None: the prior's error alone)."""
+    """Mean one-step velocity error (B, 3) [m/s^2] of context windows (B, C, 28) after
+    ``model``'s residual at the latent of each window (``model`` None: the prior's error)."""
     velocity_error = context[..., INPUT_DIM + RES_VEL.start : INPUT_DIM + RES_VEL.stop]
     if model is not None and len(context):
         with torch.no_grad():
             z = model.encoder(context)  # (B, nz)
             residual = model.residual(context[..., :INPUT_DIM], z[:, None, :])  # (B, C, 12)
         velocity_error = velocity_error - residual[..., RES_VEL]
-    return velocity_error.mean(dim=1).norm(dim=-1) / dt_s
+    return velocity_error.mean(dim=1) / dt_s
+
+
+def window_unexplained_accel(
+    model: VNDModel | None, context: torch.Tensor, dt_s: float
+) -> torch.Tensor:
+    """Norm (B,) [m/s^2] of :func:`window_unexplained_error`: one window alone."""
+    return window_unexplained_error(model, context, dt_s).norm(dim=-1)
+
+
+def trailing_mean(values: np.ndarray, count: int) -> np.ndarray:
+    """Mean (N, K) of each row of ``values`` (N, K) with the ``count`` - 1 rows before it (fewer
+    at the start)."""
+    sums = np.cumsum(np.concatenate([np.zeros((1, values.shape[1])), values]), axis=0)
+    stop = np.arange(1, len(values) + 1)
+    start = np.maximum(stop - count, 0)
+    return (sums[stop] - sums[start]) / (stop - start)[:, None]
+
+
+def averaged_unexplained(error_mps2: torch.Tensor, threshold_mps2: float) -> np.ndarray:
+    """Unexplained flag (B,) of consecutive windows of one run from their
+    :func:`window_unexplained_error` (B, 3): the error averaged over
+    ``UNEXPLAINED_AVERAGE_WINDOWS`` windows above ``threshold_mps2``."""
+    averaged = trailing_mean(error_mps2.numpy().astype(np.float64), UNEXPLAINED_AVERAGE_WINDOWS)
+    return np.linalg.norm(averaged, axis=1) > threshold_mps2
 
 
 class UnexplainedCounter:
@@ -93,8 +124,10 @@ class UnexplainedCounter:
         """Judge the windows of ``records`` (stamp-ordered) that end after the last judged one."""
         if self._count_behind(records) != self._ticks_behind:  # the judged past changed
             self._flags, self._judged_until_ns = [], self.since_ns
-        # A window spans C + d + 1 states: start early enough to rebuild the first new ones.
-        span_ns = int((self.context_len + self.delay + 2) * self.gap_factor * self.period_s * 1e9)
+        # A window spans C + d + 1 states and is averaged with the windows before it: start
+        # early enough to rebuild the first new ones and those.
+        span_ticks = self.context_len + self.delay + 2 + UNEXPLAINED_AVERAGE_WINDOWS
+        span_ns = int(span_ticks * self.gap_factor * self.period_s * 1e9)
         low_ns = max(self.since_ns, self._judged_until_ns - span_ns)
         tail = records.take(records.stamp_ns > low_ns)
         ends, flags = [], []
@@ -125,12 +158,13 @@ class UnexplainedCounter:
         starts = dataset.window_starts(c, 0)
         if len(starts) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-        accel = window_unexplained_accel(
+        error = window_unexplained_error(
             self.model, dataset.context(starts, c), self.prior.config.dt_s
         )
+        unexplained = averaged_unexplained(error, self.threshold_mps2)
         # window g holds transitions g..g+C-1 of the run, i.e. states d+g .. d+g+C
         end_ns = records.stamp_ns[run][starts.numpy() + d + c]
-        return end_ns.astype(np.int64), (accel > self.threshold_mps2).numpy()
+        return end_ns.astype(np.int64), unexplained
 
 
 def focus_weights(focus: torch.Tensor, fraction: float) -> torch.Tensor:
@@ -147,20 +181,23 @@ def unexplained_windows(
     model: VNDModel | None, dataset: TransitionDataset, context_len: int, threshold_mps2: float
 ) -> torch.Tensor:
     """Flag (W,) per context window (``dataset.window_starts(context_len, 0)``, the windows a
-    fit re-encodes): ``model`` does not explain it (:func:`window_unexplained_accel` above
-    ``threshold_mps2``) and it lies in a run of at least ``UNEXPLAINED_RUN_TICKS`` such
-    windows."""
+    fit re-encodes): ``model`` does not explain it (:func:`averaged_unexplained`, within its
+    segment) and it lies in a run of at least ``UNEXPLAINED_RUN_TICKS`` such windows."""
     starts = dataset.window_starts(context_len, 0)
     if len(starts) == 0:
         return torch.zeros(0, dtype=torch.bool)
     dt_s = dataset.prior.config.dt_s
-    accel = torch.cat(
+    error = torch.cat(
         [
-            window_unexplained_accel(model, dataset.context(part, context_len), dt_s)
+            window_unexplained_error(model, dataset.context(part, context_len), dt_s)
             for part in starts.split(4096)
         ]
     )
-    flags = (accel > threshold_mps2).numpy()
+    # a segment's windows start at consecutive transitions; a jump starts the next segment
+    breaks = (np.flatnonzero(np.diff(starts.numpy()) != 1) + 1).tolist()
+    flags = np.concatenate(
+        [averaged_unexplained(part, threshold_mps2) for part in error.tensor_split(breaks)]
+    )
     # runs as the trigger counts them: scattered windows (transitions, outliers of a
     # condition the model explains) are no new condition, and focusing on them costs
     # tracking of a condition the model explains
