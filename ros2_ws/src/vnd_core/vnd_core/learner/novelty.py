@@ -2,10 +2,10 @@
 
 A context window (C transitions, the states as the encoder reads them in flight) is
 *unexplained* when its one-step velocity error, after the active model's residual at the
-latent its encoder gives that same window, averaged over the window and the
-``UNEXPLAINED_AVERAGE_WINDOWS`` windows that end before it, is above ``calm_accel_mps2`` (the
-calm gate's threshold, as an acceleration): measurement noise averages out, a force the model
-has not learned does not. Without a model (a base bundle) the residual is zero and the measure
+latent its encoder gives that same window, averaged over the ``UNEXPLAINED_AVERAGE_WINDOWS``
+consecutive windows that end with it, is above ``calm_accel_mps2`` (the calm gate's
+threshold, as an acceleration): measurement noise averages out, a force the model has not
+learned does not. Without a model (a base bundle) the residual is zero and the measure
 is the prior's error.
 
 Why the active model and not the prior: a condition learned once must not start an update for
@@ -37,11 +37,12 @@ from vnd_core.vnd.model import VNDModel, VNDModelConfig
 # outliers of a condition the model explains, not a new condition.
 UNEXPLAINED_RUN_TICKS = 50
 
-# A window's error is averaged with the windows that end in the 0.5 s before it (within one run
-# of the replay). One window of 12 transitions, with the pose filter's velocities, leaves a calm
-# figure-eight a median error of 0.7 m/s^2, above the calm threshold on a third of the windows,
-# so a damaged rotor's lost lift (0.8 m/s^2) rarely stays above it for a whole run; averaged,
-# calm flight falls to 0.06-0.24 m/s^2 and the lost lift is above the threshold throughout.
+# A window's error is averaged with the windows that end in the half second before it (25 windows
+# in all, within one run of the replay). One window of 12 transitions, with the pose filter's
+# velocities, leaves a calm figure-eight a median error of 0.7 m/s^2, above the calm threshold on
+# most windows, so only the run length keeps calm flight out, and a damaged rotor's lost lift (0.8
+# m/s^2), above it on 89 % of the windows, rarely stays above it for a whole run; averaged, calm
+# flight falls to 0.06-0.24 m/s^2 and the lost lift stays above the threshold throughout.
 UNEXPLAINED_AVERAGE_WINDOWS = 25
 
 
